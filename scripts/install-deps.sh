@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs gpulab's Debian build and test dependencies. Idempotent and non-interactive:
+# packages already present are skipped, so a second run costs one dpkg query.
+#   scripts/install-deps.sh            build + test dependencies
+#   scripts/install-deps.sh --no-python  skip the PyTorch/ONNX fixture generators
+set -euo pipefail
+with_python=1
+[ "${1:-}" = "--no-python" ] && with_python=0
+
+pkgs=(cmake ninja-build g++ pkg-config
+      libonnx-dev libprotobuf-dev protobuf-compiler
+      libcli11-dev nlohmann-json3-dev libfmt-dev
+      libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
+      libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev)
+if [ "$with_python" = 1 ]; then
+  # Debian's torch/torchvision/onnx generate the seeded fixtures and the PyTorch goldens.
+  pkgs+=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-pil)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

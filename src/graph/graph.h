@@ -1,0 +1,204 @@
+// The model IR: a Graph of Nodes in topological order, with typed attributes, initializers
+// (weights) and the inferred dtype/shape of every value. No protobuf and no CUDA here.
+//
+// Conventions:
+// - Activations are NCHW, as in ONNX. Backends choose their own layout.
+// - A value is named by a string; "" in a node's inputs marks an absent optional input.
+// - The batch dimension is symbolic (Shape::kBatch) until a backend binds it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "gpulab/status.h"
+#include "gpulab/tensor.h"
+
+namespace gpulab {
+
+enum class OpType {
+  kConv,               // inputs X, W, [B], [residual]; see ConvAttrs for the fused epilogue
+  kBatchNormalization, // inputs X, scale, B, mean, var (inference form)
+  kRelu,
+  kClip,               // min/max held in ClipAttrs (opset >= 11 constant inputs are folded in)
+  kAdd,
+  kMul,
+  kMaxPool,
+  kAveragePool,
+  kGlobalAveragePool,
+  kFlatten,
+  kReshape,            // inputs data, shape (int64)
+  kGemm,               // inputs A, B, [C]
+  kMatMul,
+  kIdentity,
+  kDropout,            // inference: identity on its first output
+  kConstant,           // import only: the importer turns Constants into initializers
+  kShape,
+  kGather,
+  kUnsqueeze,          // axes held in UnsqueezeAttrs (opset >= 13 constant input folded in)
+  kConcat,
+  kSoftmax,
+  kSigmoid,
+  kHardSigmoid,
+  kHardSwish,
+};
+
+// ONNX op_type spelling ("Conv", "BatchNormalization", ...).
+std::string_view op_name(OpType op);
+// The reverse; nullopt for an op gpulab does not know.
+std::optional<OpType> op_from_name(std::string_view onnx_name);
+// Every supported op, comma separated, for error messages.
+std::string supported_ops_list();
+
+struct Hw {
+  int64_t h = 1, w = 1;
+  friend bool operator==(const Hw&, const Hw&) = default;
+};
+struct Pads {
+  int64_t top = 0, left = 0, bottom = 0, right = 0;
+  friend bool operator==(const Pads&, const Pads&) = default;
+};
+
+enum class Activation { kNone, kRelu, kClip };
+std::string_view activation_name(Activation a);
+
+struct ConvAttrs {
+  Hw kernel;
+  Hw stride{1, 1};
+  Pads pads;
+  Hw dilation{1, 1};
+  int64_t groups = 1;
+  // Fused epilogue, set by the fuse_conv_epilogue pass:
+  //   y = act(conv(x, w) + b + residual), residual = inputs[3] when has_residual.
+  Activation activation = Activation::kNone;
+  float clip_min = 0.0f;
+  float clip_max = 6.0f;
+  bool has_residual = false;
+};
+
+struct BatchNormAttrs {
+  float epsilon = 1e-5f;
+};
+
+struct ClipAttrs {
+  float min = -std::numeric_limits<float>::infinity();
+  float max = std::numeric_limits<float>::infinity();
+};
+
+struct PoolAttrs {
+  Hw kernel;
+  Hw stride{1, 1};
+  Pads pads;
+  Hw dilation{1, 1};
+  bool ceil_mode = false;
+  bool count_include_pad = false;  // AveragePool only
+};
+
+struct FlattenAttrs {
+  int64_t axis = 1;
+};
+
+struct ReshapeAttrs {
+  bool allowzero = false;
+};
+
+struct GemmAttrs {
+  float alpha = 1.0f;
+  float beta = 1.0f;
+  bool trans_a = false;
+  bool trans_b = false;
+};
+
+struct AxisAttrs {  // Concat, Gather, Softmax
+  int64_t axis = 0;
+};
+
+struct UnsqueezeAttrs {
+  std::vector<int64_t> axes;
+};
+
+struct HardSigmoidAttrs {
+  float alpha = 0.2f;
+  float beta = 0.5f;
+};
+
+using NodeAttrs = std::variant<std::monostate, ConvAttrs, BatchNormAttrs, ClipAttrs, PoolAttrs,
+                               FlattenAttrs, ReshapeAttrs, GemmAttrs, AxisAttrs, UnsqueezeAttrs,
+                               HardSigmoidAttrs>;
+
+struct Node {
+  std::string name;
+  OpType op = OpType::kIdentity;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  NodeAttrs attrs;
+
+  template <typename T>
+  T& attr() {
+    return std::get<T>(attrs);
+  }
+  template <typename T>
+  const T& attr() const {
+    return std::get<T>(attrs);
+  }
+  // inputs[i], or "" when the node has fewer inputs.
+  const std::string& input(size_t i) const;
+  bool has_input(size_t i) const { return !input(i).empty(); }
+};
+
+// What shape inference knows about a value.
+struct ValueInfo {
+  DataType dtype = DataType::kFloat32;
+  Shape shape;
+  // For small int64 tensors whose contents are known before running (Shape/Gather/Concat
+  // chains): the values, where Shape::kBatch stands for the batch size.
+  std::optional<std::vector<int64_t>> known_values;
+};
+
+class Graph {
+ public:
+  std::string name;
+  int64_t opset = 0;
+  std::vector<Node> nodes;                         // topological order
+  std::vector<std::string> inputs;                 // runtime inputs (never initializers)
+  std::vector<std::string> outputs;
+  std::map<std::string, Tensor> initializers;      // weights and constants
+  std::map<std::string, ValueInfo> values;         // inputs, outputs and every intermediate
+  std::map<std::string, std::string> metadata;     // ONNX metadata_props (e.g. preprocess.*)
+
+  bool is_initializer(const std::string& value) const { return initializers.count(value) != 0; }
+  const Tensor* initializer(const std::string& value) const;
+  const ValueInfo* value(const std::string& name) const;
+
+  // Index of the node that produces `value`, or -1 (graph input, initializer or unknown).
+  int producer(const std::string& value) const;
+  // Indices of nodes that read `value`.
+  std::vector<int> consumers(const std::string& value) const;
+  // Readers of `value` plus one if it is a graph output.
+  int use_count(const std::string& value) const;
+  bool is_graph_output(const std::string& value) const;
+
+  // Replaces every use of `from` (node inputs and graph outputs) with `to`.
+  void replace_uses(const std::string& from, const std::string& to);
+  // Removes nodes whose outputs nobody uses, and initializers nobody reads.
+  void remove_dead_code();
+  // A name not yet used by any value, node or initializer: "<base>", "<base>_1", ...
+  std::string unique_name(const std::string& base) const;
+
+  // Checks structure: unique node outputs, every input defined before use, outputs produced.
+  Status validate() const;
+  // Recomputes `values` for every node output from the graph inputs and initializers.
+  Status infer_shapes();
+};
+
+// Output shapes (and known int64 values) of one node, given its inputs' infos. Used by
+// Graph::infer_shapes and by backends that bind a concrete batch size.
+// `inputs[i]` is nullptr for an absent optional input.
+Result<std::vector<ValueInfo>> infer_node(const Node& node, const std::vector<const ValueInfo*>& inputs,
+                                          const Graph& graph);
+
+}  // namespace gpulab

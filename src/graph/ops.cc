@@ -1,0 +1,68 @@
+#include <array>
+#include <utility>
+
+#include "graph/graph.h"
+
+namespace gpulab {
+namespace {
+
+constexpr std::array<std::pair<OpType, std::string_view>, 24> kOpNames{{
+    {OpType::kConv, "Conv"},
+    {OpType::kBatchNormalization, "BatchNormalization"},
+    {OpType::kRelu, "Relu"},
+    {OpType::kClip, "Clip"},
+    {OpType::kAdd, "Add"},
+    {OpType::kMul, "Mul"},
+    {OpType::kMaxPool, "MaxPool"},
+    {OpType::kAveragePool, "AveragePool"},
+    {OpType::kGlobalAveragePool, "GlobalAveragePool"},
+    {OpType::kFlatten, "Flatten"},
+    {OpType::kReshape, "Reshape"},
+    {OpType::kGemm, "Gemm"},
+    {OpType::kMatMul, "MatMul"},
+    {OpType::kIdentity, "Identity"},
+    {OpType::kDropout, "Dropout"},
+    {OpType::kConstant, "Constant"},
+    {OpType::kShape, "Shape"},
+    {OpType::kGather, "Gather"},
+    {OpType::kUnsqueeze, "Unsqueeze"},
+    {OpType::kConcat, "Concat"},
+    {OpType::kSoftmax, "Softmax"},
+    {OpType::kSigmoid, "Sigmoid"},
+    {OpType::kHardSigmoid, "HardSigmoid"},
+    {OpType::kHardSwish, "HardSwish"},
+}};
+
+}  // namespace
+
+std::string_view op_name(OpType op) {
+  for (const auto& [type, name] : kOpNames)
+    if (type == op) return name;
+  return "?";
+}
+
+std::optional<OpType> op_from_name(std::string_view onnx_name) {
+  for (const auto& [type, name] : kOpNames)
+    if (name == onnx_name) return type;
+  return std::nullopt;
+}
+
+std::string supported_ops_list() {
+  std::string s;
+  for (const auto& [type, name] : kOpNames) {
+    if (!s.empty()) s += ", ";
+    s += name;
+  }
+  return s;
+}
+
+std::string_view activation_name(Activation a) {
+  switch (a) {
+    case Activation::kNone: return "none";
+    case Activation::kRelu: return "relu";
+    case Activation::kClip: return "clip";
+  }
+  return "?";
+}
+
+}  // namespace gpulab

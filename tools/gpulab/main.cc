@@ -1,0 +1,59 @@
+// gpulab: the command-line tool. Subcommands live one per file in this folder.
+#include <cstdio>
+
+#include "cli.h"
+#include "core/log.h"
+#include "gpulab/version.h"
+
+namespace gpulab::cli {
+
+int report(const Status& status) {
+  if (status.is_ok()) return 0;
+  std::fflush(stdout);
+  std::fprintf(stderr, "gpulab: %s\n", status.to_string().c_str());
+  return exit_code_for(status.code());
+}
+
+void on_run(CLI::App* sub, std::function<int()> body) {
+  sub->callback([body = std::move(body)] {
+    const int code = body();
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace gpulab::cli
+
+int main(int argc, char** argv) {
+  using namespace gpulab;
+  CLI::App app{"gpulab: fast image-model inference on NVIDIA GPUs, and why it is as fast as it is"};
+  app.set_version_flag("--version", std::string("gpulab ") + GPULAB_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();
+  bool verbose = false, quiet = false;
+  app.add_flag("-v,--verbose", verbose, "Log what each stage does");
+  app.add_flag("-q,--quiet", quiet, "Only print errors");
+  app.parse_complete_callback([&] {
+    set_log_level(verbose ? LogLevel::kDebug : quiet ? LogLevel::kError : LogLevel::kWarning);
+  });
+
+#ifdef GPULAB_HAVE_DOCTOR
+  cli::add_doctor_command(app);
+#endif
+  cli::add_classify_command(app);
+  cli::add_inspect_command(app);
+#ifdef GPULAB_HAVE_RUNTIME
+  cli::add_build_command(app);
+  cli::add_bench_command(app);
+#endif
+#ifdef GPULAB_HAVE_TELEMETRY
+  cli::add_monitor_command(app);
+  cli::add_bandwidth_command(app);
+#endif
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}
