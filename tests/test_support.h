@@ -8,8 +8,12 @@
 
 namespace gpulab::testing {
 
-inline std::filesystem::path source_dir() { return GPULAB_SOURCE_DIR; }
-inline std::filesystem::path fixture_dir() { return GPULAB_FIXTURE_DIR; }
+inline std::filesystem::path source_dir() {
+  return GPULAB_SOURCE_DIR;
+}
+inline std::filesystem::path fixture_dir() {
+  return GPULAB_FIXTURE_DIR;
+}
 
 // The shared data folder (models, images, datasets): $GPULAB_SHARED_DIR, else ../shared beside
 // the checkout. nullopt when absent: tests that need it skip with that reason.
@@ -24,6 +28,8 @@ inline std::optional<std::filesystem::path> shared_dir() {
 }
 
 // The path of the gpulab executable built with the tests.
-inline std::filesystem::path gpulab_exe() { return std::filesystem::path(GPULAB_BINARY_DIR) / "gpulab"; }
+inline std::filesystem::path gpulab_exe() {
+  return std::filesystem::path(GPULAB_BINARY_DIR) / "gpulab";
+}
 
 }  // namespace gpulab::testing

@@ -71,7 +71,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : storage_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : storage_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : storage_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(storage_).is_ok() && "Result built from an ok Status");
   }
@@ -96,7 +96,9 @@ class [[nodiscard]] Result {
 };
 
 namespace detail {
-inline Status to_status(Status s) { return s; }
+inline Status to_status(Status s) {
+  return s;
+}
 template <typename T>
 Status to_status(const Result<T>& r) {
   return r.status();
@@ -109,10 +111,10 @@ Status to_status(const Result<T>& r) {
 #define GPULAB_CONCAT(a, b) GPULAB_CONCAT_INNER(a, b)
 
 // Returns early with the Status of `expr` (a Status or a Result) when it is not ok.
-#define GPULAB_TRY(expr)                                                      \
-  do {                                                                        \
-    ::gpulab::Status gpulab_try_status_ = ::gpulab::detail::to_status(expr);  \
-    if (!gpulab_try_status_.is_ok()) return gpulab_try_status_;               \
+#define GPULAB_TRY(expr)                                                     \
+  do {                                                                       \
+    ::gpulab::Status gpulab_try_status_ = ::gpulab::detail::to_status(expr); \
+    if (!gpulab_try_status_.is_ok()) return gpulab_try_status_;              \
   } while (0)
 
 // GPULAB_ASSIGN_OR_RETURN(auto graph, load_onnx(path)); declares `graph` from the Result's value.

@@ -99,9 +99,9 @@ class Tensor {
 // Error norms used to compare a backend against the reference.
 struct ErrorStats {
   double max_abs = 0;
-  double max_rel = 0;       // max |a-b| / max(|b|, tiny)
-  double rel_l2 = 0;        // ||a-b|| / ||b||
-  int64_t non_finite = 0;   // NaN or Inf in `actual`
+  double max_rel = 0;      // max |a-b| / max(|b|, tiny)
+  double rel_l2 = 0;       // ||a-b|| / ||b||
+  int64_t non_finite = 0;  // NaN or Inf in `actual`
 };
 ErrorStats compare(std::span<const float> actual, std::span<const float> expected);
 

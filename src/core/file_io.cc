@@ -36,7 +36,8 @@ Status write_file_atomic(const std::filesystem::path& path, std::span<const std:
   const std::filesystem::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::io_error("'" + tmp.string() + "': cannot create (" + std::strerror(errno) + ").");
+    if (!out)
+      return Status::io_error("'" + tmp.string() + "': cannot create (" + std::strerror(errno) + ").");
     out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     out.flush();
     if (!out) {

@@ -10,8 +10,12 @@ std::atomic<LogLevel> g_level{LogLevel::kWarning};
 std::mutex g_mutex;
 }  // namespace
 
-void set_log_level(LogLevel level) { g_level = level; }
-LogLevel log_level() { return g_level; }
+void set_log_level(LogLevel level) {
+  g_level = level;
+}
+LogLevel log_level() {
+  return g_level;
+}
 
 void log_message(LogLevel level, std::string_view message) {
   static constexpr const char* kPrefix[] = {"debug: ", "", "warning: ", "error: "};

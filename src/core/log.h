@@ -16,15 +16,18 @@ void log_message(LogLevel level, std::string_view message);
 
 template <typename... Args>
 void log_debug(fmt::format_string<Args...> f, Args&&... args) {
-  if (log_level() <= LogLevel::kDebug) log_message(LogLevel::kDebug, fmt::format(f, std::forward<Args>(args)...));
+  if (log_level() <= LogLevel::kDebug)
+    log_message(LogLevel::kDebug, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void log_info(fmt::format_string<Args...> f, Args&&... args) {
-  if (log_level() <= LogLevel::kInfo) log_message(LogLevel::kInfo, fmt::format(f, std::forward<Args>(args)...));
+  if (log_level() <= LogLevel::kInfo)
+    log_message(LogLevel::kInfo, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void log_warning(fmt::format_string<Args...> f, Args&&... args) {
-  if (log_level() <= LogLevel::kWarning) log_message(LogLevel::kWarning, fmt::format(f, std::forward<Args>(args)...));
+  if (log_level() <= LogLevel::kWarning)
+    log_message(LogLevel::kWarning, fmt::format(f, std::forward<Args>(args)...));
 }
 
 }  // namespace gpulab

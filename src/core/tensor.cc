@@ -37,9 +37,9 @@ std::string_view dtype_name(DataType dtype) {
 }
 
 Result<DataType> parse_dtype(std::string_view name) {
-  for (DataType d : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kInt8,
-                     DataType::kUInt8, DataType::kInt32, DataType::kInt64, DataType::kFp8E4M3,
-                     DataType::kBool}) {
+  for (DataType d :
+       {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kInt8, DataType::kUInt8,
+        DataType::kInt32, DataType::kInt64, DataType::kFp8E4M3, DataType::kBool}) {
     if (dtype_name(d) == name) return d;
   }
   return Status::invalid_argument("unknown data type '" + std::string(name) +
@@ -74,8 +74,7 @@ std::string Shape::to_string() const {
   return s + "]";
 }
 
-Tensor::Tensor(DataType dtype, Shape shape)
-    : dtype_(dtype), shape_(std::move(shape)) {
+Tensor::Tensor(DataType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   assert(!shape_.has_batch());
   bytes_.resize(static_cast<size_t>(shape_.numel()) * dtype_size(dtype_));
 }

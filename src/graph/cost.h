@@ -8,10 +8,10 @@
 namespace gpulab {
 
 struct NodeCost {
-  double flops = 0;           // a multiply-add counts as 2
-  int64_t param_bytes = 0;    // initializers the node reads (weights, bias), at their stored dtype
-  int64_t input_bytes = 0;    // non-initializer inputs read once
-  int64_t output_bytes = 0;   // outputs written once
+  double flops = 0;          // a multiply-add counts as 2
+  int64_t param_bytes = 0;   // initializers the node reads (weights, bias), at their stored dtype
+  int64_t input_bytes = 0;   // non-initializer inputs read once
+  int64_t output_bytes = 0;  // outputs written once
   int64_t bytes() const { return param_bytes + input_bytes + output_bytes; }
 };
 

@@ -123,8 +123,7 @@ Status Graph::validate() const {
     }
   }
   for (const std::string& out : outputs)
-    if (!defined.count(out))
-      return Status::invalid_model("graph output '" + out + "' is never produced.");
+    if (!defined.count(out)) return Status::invalid_model("graph output '" + out + "' is never produced.");
   return Status::ok();
 }
 

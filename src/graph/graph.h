@@ -21,25 +21,25 @@
 namespace gpulab {
 
 enum class OpType {
-  kConv,               // inputs X, W, [B], [residual]; see ConvAttrs for the fused epilogue
-  kBatchNormalization, // inputs X, scale, B, mean, var (inference form)
+  kConv,                // inputs X, W, [B], [residual]; see ConvAttrs for the fused epilogue
+  kBatchNormalization,  // inputs X, scale, B, mean, var (inference form)
   kRelu,
-  kClip,               // min/max held in ClipAttrs (opset >= 11 constant inputs are folded in)
+  kClip,  // min/max held in ClipAttrs (opset >= 11 constant inputs are folded in)
   kAdd,
   kMul,
   kMaxPool,
   kAveragePool,
   kGlobalAveragePool,
   kFlatten,
-  kReshape,            // inputs data, shape (int64)
-  kGemm,               // inputs A, B, [C]
+  kReshape,  // inputs data, shape (int64)
+  kGemm,     // inputs A, B, [C]
   kMatMul,
   kIdentity,
-  kDropout,            // inference: identity on its first output
-  kConstant,           // import only: the importer turns Constants into initializers
+  kDropout,   // inference: identity on its first output
+  kConstant,  // import only: the importer turns Constants into initializers
   kShape,
   kGather,
-  kUnsqueeze,          // axes held in UnsqueezeAttrs (opset >= 13 constant input folded in)
+  kUnsqueeze,  // axes held in UnsqueezeAttrs (opset >= 13 constant input folded in)
   kConcat,
   kSoftmax,
   kSigmoid,
@@ -126,9 +126,8 @@ struct HardSigmoidAttrs {
   float beta = 0.5f;
 };
 
-using NodeAttrs = std::variant<std::monostate, ConvAttrs, BatchNormAttrs, ClipAttrs, PoolAttrs,
-                               FlattenAttrs, ReshapeAttrs, GemmAttrs, AxisAttrs, UnsqueezeAttrs,
-                               HardSigmoidAttrs>;
+using NodeAttrs = std::variant<std::monostate, ConvAttrs, BatchNormAttrs, ClipAttrs, PoolAttrs, FlattenAttrs,
+                               ReshapeAttrs, GemmAttrs, AxisAttrs, UnsqueezeAttrs, HardSigmoidAttrs>;
 
 struct Node {
   std::string name;
@@ -163,12 +162,12 @@ class Graph {
  public:
   std::string name;
   int64_t opset = 0;
-  std::vector<Node> nodes;                         // topological order
-  std::vector<std::string> inputs;                 // runtime inputs (never initializers)
+  std::vector<Node> nodes;          // topological order
+  std::vector<std::string> inputs;  // runtime inputs (never initializers)
   std::vector<std::string> outputs;
-  std::map<std::string, Tensor> initializers;      // weights and constants
-  std::map<std::string, ValueInfo> values;         // inputs, outputs and every intermediate
-  std::map<std::string, std::string> metadata;     // ONNX metadata_props (e.g. preprocess.*)
+  std::map<std::string, Tensor> initializers;   // weights and constants
+  std::map<std::string, ValueInfo> values;      // inputs, outputs and every intermediate
+  std::map<std::string, std::string> metadata;  // ONNX metadata_props (e.g. preprocess.*)
 
   bool is_initializer(const std::string& value) const { return initializers.count(value) != 0; }
   const Tensor* initializer(const std::string& value) const;

@@ -1,4 +1,6 @@
 #include "cli.h"
 namespace gpulab::cli {
-void add_classify_command(CLI::App& app) { app.add_subcommand("classify", "Classify images"); }
+void add_classify_command(CLI::App& app) {
+  app.add_subcommand("classify", "Classify images");
+}
 }  // namespace gpulab::cli

@@ -27,10 +27,10 @@ TEST(Status, OkAndErrorCarryCodeAndMessage) {
 
 TEST(Status, ExitCodesAreNonZeroForErrors) {
   EXPECT_EQ(exit_code_for(StatusCode::kOk), 0);
-  for (StatusCode c : {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kInvalidModel,
-                       StatusCode::kUnsupported, StatusCode::kInvalidFile, StatusCode::kIoError,
-                       StatusCode::kOutOfMemory, StatusCode::kDeviceError, StatusCode::kUnavailable,
-                       StatusCode::kInternal}) {
+  for (StatusCode c :
+       {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kInvalidModel,
+        StatusCode::kUnsupported, StatusCode::kInvalidFile, StatusCode::kIoError, StatusCode::kOutOfMemory,
+        StatusCode::kDeviceError, StatusCode::kUnavailable, StatusCode::kInternal}) {
     EXPECT_NE(exit_code_for(c), 0) << status_code_name(c);
   }
 }

@@ -35,8 +35,8 @@ TEST(Tensor, ReshapeKeepsData) {
 }
 
 TEST(Tensor, DtypeNamesRoundTrip) {
-  for (DataType d : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kInt8,
-                     DataType::kInt64}) {
+  for (DataType d :
+       {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kInt8, DataType::kInt64}) {
     auto parsed = parse_dtype(dtype_name(d));
     ASSERT_TRUE(parsed.is_ok());
     EXPECT_EQ(*parsed, d);
