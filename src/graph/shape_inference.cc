@@ -1,0 +1,571 @@
+// Shape inference for every OpType, with the symbolic batch dimension (Shape::kBatch) flowing
+// through, and propagation of small int64 values (Shape -> Gather -> Unsqueeze -> Concat ->
+// Reshape) so that a Reshape whose target shape is computed in the graph still gets a static
+// output shape.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "graph/graph.h"
+
+namespace gpulab {
+namespace {
+
+constexpr int64_t kBatch = Shape::kBatch;
+// int64 initializers up to this many elements get known_values (shape and index tensors).
+constexpr int64_t kMaxKnownValues = 64;
+
+std::string node_where(const Node& node) {
+  return "node '" + node.name + "' (" + std::string(op_name(node.op)) + ")";
+}
+
+Status fail(const Node& node, const std::string& what) {
+  return Status::invalid_model(node_where(node) + ": " + what);
+}
+
+std::string dim_string(int64_t d) { return d == kBatch ? std::string("N") : std::to_string(d); }
+
+std::string values_string(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + dim_string(v[i]);
+  return s + "]";
+}
+
+// Normalizes a possibly negative axis for a tensor of `rank` dims; false when out of range.
+bool normalize_axis(int64_t& axis, int64_t rank) {
+  if (axis < 0) axis += rank;
+  return axis >= 0 && axis < rank;
+}
+
+ValueInfo same_as(const ValueInfo& in) {
+  ValueInfo out;
+  out.dtype = in.dtype;
+  out.shape = in.shape;
+  return out;
+}
+
+// Numpy-style broadcast of two shapes. kBatch broadcasts against 1 and itself only.
+Result<Shape> broadcast(const Node& node, const Shape& a, const Shape& b) {
+  const size_t rank = std::max(a.rank(), b.rank());
+  Shape out(std::vector<int64_t>(rank, 1));
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.rank() ? 1 : a[i - (rank - a.rank())];
+    const int64_t db = i < rank - b.rank() ? 1 : b[i - (rank - b.rank())];
+    if (da == db || db == 1) {
+      out[i] = da;
+    } else if (da == 1) {
+      out[i] = db;
+    } else {
+      return fail(node, "inputs of shapes " + a.to_string() + " and " + b.to_string() +
+                            " do not broadcast (dimension " + std::to_string(i) + ": " + dim_string(da) +
+                            " vs " + dim_string(db) + "). Check the model's shapes.");
+    }
+  }
+  return out;
+}
+
+Status need_rank(const Node& node, const ValueInfo& in, size_t rank, const char* what) {
+  if (in.shape.rank() != rank) {
+    return fail(node, std::string("input ") + what + " has shape " + in.shape.to_string() + ", but " +
+                          std::string(op_name(node.op)) + " needs rank " + std::to_string(rank) +
+                          ". Only 2-D (NCHW) convolutions and pools are supported.");
+  }
+  return Status::ok();
+}
+
+Status need_static_spatial(const Node& node, const Shape& s) {
+  for (size_t i = 1; i < s.rank(); ++i) {
+    if (s[i] == kBatch) {
+      return fail(node, "input shape " + s.to_string() +
+                            " has a symbolic dimension other than the batch (dimension 0). "
+                            "Export the model with fixed channel and spatial sizes.");
+    }
+  }
+  return Status::ok();
+}
+
+// Output size of a sliding window (conv or pool) along one axis.
+Result<int64_t> window_out(const Node& node, int64_t in, int64_t kernel, int64_t stride, int64_t pad_begin,
+                           int64_t pad_end, int64_t dilation, bool ceil_mode, const char* axis) {
+  if (kernel <= 0 || stride <= 0 || dilation <= 0 || pad_begin < 0 || pad_end < 0) {
+    return fail(node, std::string("invalid window along ") + axis + " (kernel " + std::to_string(kernel) +
+                          ", stride " + std::to_string(stride) + ", dilation " + std::to_string(dilation) +
+                          ", pads " + std::to_string(pad_begin) + "/" + std::to_string(pad_end) +
+                          "). Kernel, stride and dilation must be positive, pads non-negative.");
+  }
+  const int64_t span = dilation * (kernel - 1) + 1;
+  const int64_t padded = in + pad_begin + pad_end;
+  if (padded < span) {
+    return fail(node, std::string("the window (") + std::to_string(span) + ") is larger than the padded input (" +
+                          std::to_string(padded) + ") along " + axis + ". Check the input size.");
+  }
+  int64_t out = ceil_mode ? (padded - span + stride - 1) / stride + 1 : (padded - span) / stride + 1;
+  // With ceil_mode the last window must start inside the input or its begin padding.
+  if (ceil_mode && (out - 1) * stride >= in + pad_begin) --out;
+  return out;
+}
+
+Result<std::vector<ValueInfo>> infer_conv(const Node& node, const std::vector<const ValueInfo*>& in) {
+  const ConvAttrs& a = node.attr<ConvAttrs>();
+  if (!in[0] || !in[1]) return fail(node, "needs inputs X and W");
+  const Shape& x = in[0]->shape;
+  const Shape& w = in[1]->shape;
+  GPULAB_TRY(need_rank(node, *in[0], 4, "X"));
+  GPULAB_TRY(need_rank(node, *in[1], 4, "W"));
+  GPULAB_TRY(need_static_spatial(node, x));
+  if (w.has_batch()) return fail(node, "weight shape " + w.to_string() + " is symbolic");
+  if (a.groups <= 0 || w[0] % a.groups != 0 || x[1] != w[1] * a.groups) {
+    return fail(node, "input " + x.to_string() + " and weight " + w.to_string() + " do not match with group=" +
+                          std::to_string(a.groups) + " (needs C = W[1]*group and W[0] divisible by group).");
+  }
+  if (w[2] != a.kernel.h || w[3] != a.kernel.w) {
+    return fail(node, "kernel_shape " + std::to_string(a.kernel.h) + "x" + std::to_string(a.kernel.w) +
+                          " disagrees with weight shape " + w.to_string() + ".");
+  }
+  GPULAB_ASSIGN_OR_RETURN(int64_t oh, window_out(node, x[2], a.kernel.h, a.stride.h, a.pads.top, a.pads.bottom,
+                                                a.dilation.h, false, "H"));
+  GPULAB_ASSIGN_OR_RETURN(int64_t ow, window_out(node, x[3], a.kernel.w, a.stride.w, a.pads.left, a.pads.right,
+                                                a.dilation.w, false, "W"));
+  ValueInfo out;
+  out.dtype = in[0]->dtype;
+  out.shape = Shape{x[0], w[0], oh, ow};
+  if (in.size() > 2 && in[2]) {
+    if (in[2]->shape != Shape{w[0]}) {
+      return fail(node, "bias shape " + in[2]->shape.to_string() + " should be [" + std::to_string(w[0]) + "].");
+    }
+  }
+  if (a.has_residual) {
+    if (in.size() < 4 || !in[3]) return fail(node, "has_residual is set but input 3 (residual) is absent.");
+    if (in[3]->shape != out.shape) {
+      return fail(node, "residual shape " + in[3]->shape.to_string() + " differs from the output shape " +
+                            out.shape.to_string() + ".");
+    }
+  }
+  return std::vector<ValueInfo>{out};
+}
+
+Result<std::vector<ValueInfo>> infer_pool(const Node& node, const std::vector<const ValueInfo*>& in) {
+  const PoolAttrs& a = node.attr<PoolAttrs>();
+  GPULAB_TRY(need_rank(node, *in[0], 4, "X"));
+  const Shape& x = in[0]->shape;
+  GPULAB_TRY(need_static_spatial(node, x));
+  GPULAB_ASSIGN_OR_RETURN(int64_t oh, window_out(node, x[2], a.kernel.h, a.stride.h, a.pads.top, a.pads.bottom,
+                                                a.dilation.h, a.ceil_mode, "H"));
+  GPULAB_ASSIGN_OR_RETURN(int64_t ow, window_out(node, x[3], a.kernel.w, a.stride.w, a.pads.left, a.pads.right,
+                                                a.dilation.w, a.ceil_mode, "W"));
+  ValueInfo out;
+  out.dtype = in[0]->dtype;
+  out.shape = Shape{x[0], x[1], oh, ow};
+  return std::vector<ValueInfo>{out};
+}
+
+Result<std::vector<ValueInfo>> infer_flatten(const Node& node, const std::vector<const ValueInfo*>& in) {
+  const Shape& x = in[0]->shape;
+  int64_t axis = node.attr<FlattenAttrs>().axis;
+  const int64_t rank = static_cast<int64_t>(x.rank());
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis > rank) {
+    return fail(node, "axis " + std::to_string(node.attr<FlattenAttrs>().axis) + " is out of range for input " +
+                          x.to_string() + ".");
+  }
+  auto product = [&](int64_t begin, int64_t end) -> Result<int64_t> {
+    int64_t p = 1;
+    bool batch = false;
+    for (int64_t i = begin; i < end; ++i) {
+      if (x[i] == kBatch) {
+        batch = true;
+      } else {
+        p *= x[i];
+      }
+    }
+    if (!batch) return p;
+    if (p == 1) return kBatch;
+    return fail(node, "flattening " + x.to_string() + " at axis " + std::to_string(axis) +
+                          " would multiply the symbolic batch with other dimensions. Use axis=1.");
+  };
+  GPULAB_ASSIGN_OR_RETURN(int64_t outer, product(0, axis));
+  GPULAB_ASSIGN_OR_RETURN(int64_t inner, product(axis, rank));
+  ValueInfo out;
+  out.dtype = in[0]->dtype;
+  out.shape = Shape{outer, inner};
+  return std::vector<ValueInfo>{out};
+}
+
+// The int64 values of a value: known_values from inference, else nullopt.
+const std::vector<int64_t>* known(const ValueInfo* info) {
+  return info && info->known_values ? &*info->known_values : nullptr;
+}
+
+Result<std::vector<ValueInfo>> infer_reshape(const Node& node, const std::vector<const ValueInfo*>& in) {
+  if (in.size() < 2 || !in[1]) return fail(node, "needs inputs data and shape");
+  const std::vector<int64_t>* target = known(in[1]);
+  if (!target) {
+    return Status::unsupported(node_where(node) + ": the target shape '" + node.input(1) +
+                               "' is computed at run time from values gpulab cannot determine ahead. "
+                               "Export the model with a constant shape (or a Shape/Gather/Concat chain).");
+  }
+  const Shape& x = in[0]->shape;
+  const bool allowzero = node.attr<ReshapeAttrs>().allowzero;
+  // Element count of the input as (concrete product) * N^(batch power).
+  int64_t in_concrete = 1, in_batch = 0;
+  for (int64_t d : x.dims) {
+    if (d == kBatch) {
+      ++in_batch;
+    } else {
+      in_concrete *= d;
+    }
+  }
+  std::vector<int64_t> dims = *target;
+  int64_t infer_at = -1, out_concrete = 1, out_batch = 0;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t& d = dims[i];
+    if (d == 0 && !allowzero) {
+      if (i >= x.rank()) {
+        return fail(node, "shape " + values_string(*target) + " copies dimension " + std::to_string(i) +
+                              " (0), which input " + x.to_string() + " does not have.");
+      }
+      d = x[i];
+    }
+    if (d == -1) {
+      if (infer_at >= 0) return fail(node, "shape " + values_string(*target) + " has more than one -1.");
+      infer_at = static_cast<int64_t>(i);
+      continue;
+    }
+    if (d == kBatch) {
+      ++out_batch;
+    } else if (d < 0) {
+      return fail(node, "shape " + values_string(*target) + " has an invalid dimension " + std::to_string(d) + ".");
+    } else {
+      out_concrete *= d;
+    }
+  }
+  auto mismatch = [&] {
+    return fail(node, "cannot reshape " + x.to_string() + " to " + values_string(*target) +
+                          ": the element counts differ. Check the model's Reshape target.");
+  };
+  if (infer_at >= 0) {
+    if (out_concrete == 0 || in_concrete % out_concrete != 0) return mismatch();
+    const int64_t ratio = in_concrete / out_concrete;
+    if (in_batch == out_batch) {
+      dims[infer_at] = ratio;
+    } else if (in_batch == out_batch + 1 && ratio == 1) {
+      dims[infer_at] = kBatch;
+    } else if (in_batch == out_batch + 1) {
+      return Status::unsupported(node_where(node) + ": reshaping " + x.to_string() + " to " +
+                                 values_string(*target) +
+                                 " folds the batch into another dimension. Keep the batch as its own dimension.");
+    } else {
+      return mismatch();
+    }
+  } else if (in_concrete != out_concrete || in_batch != out_batch) {
+    return mismatch();
+  }
+  ValueInfo out;
+  out.dtype = in[0]->dtype;
+  out.shape = Shape(std::move(dims));
+  return std::vector<ValueInfo>{out};
+}
+
+Result<std::vector<ValueInfo>> infer_gemm(const Node& node, const std::vector<const ValueInfo*>& in) {
+  const GemmAttrs& a = node.attr<GemmAttrs>();
+  if (!in[0] || in.size() < 2 || !in[1]) return fail(node, "needs inputs A and B");
+  const Shape& sa = in[0]->shape;
+  const Shape& sb = in[1]->shape;
+  if (sa.rank() != 2 || sb.rank() != 2) {
+    return fail(node, "A " + sa.to_string() + " and B " + sb.to_string() +
+                          " must both be rank 2. Flatten the input before the Gemm.");
+  }
+  const int64_t m = a.trans_a ? sa[1] : sa[0];
+  const int64_t ka = a.trans_a ? sa[0] : sa[1];
+  const int64_t kb = a.trans_b ? sb[1] : sb[0];
+  const int64_t n = a.trans_b ? sb[0] : sb[1];
+  if (ka != kb || ka == kBatch) {
+    return fail(node, "inner dimensions differ: A " + sa.to_string() + (a.trans_a ? " (transposed)" : "") + ", B " +
+                          sb.to_string() + (a.trans_b ? " (transposed)" : "") + ".");
+  }
+  ValueInfo out;
+  out.dtype = in[0]->dtype;
+  out.shape = Shape{m, n};
+  if (in.size() > 2 && in[2]) {
+    GPULAB_ASSIGN_OR_RETURN(Shape bc, broadcast(node, out.shape, in[2]->shape));
+    if (bc != out.shape) {
+      return fail(node, "C " + in[2]->shape.to_string() + " does not broadcast to " + out.shape.to_string() + ".");
+    }
+  }
+  return std::vector<ValueInfo>{out};
+}
+
+Result<std::vector<ValueInfo>> infer_matmul(const Node& node, const std::vector<const ValueInfo*>& in) {
+  if (!in[0] || in.size() < 2 || !in[1]) return fail(node, "needs inputs A and B");
+  const Shape& sa = in[0]->shape;
+  const Shape& sb = in[1]->shape;
+  if (sa.rank() < 2 || sb.rank() < 2) {
+    return Status::unsupported(node_where(node) + ": A " + sa.to_string() + " and B " + sb.to_string() +
+                               " must be at least rank 2 (1-D MatMul is not supported).");
+  }
+  if (sa[sa.rank() - 1] != sb[sb.rank() - 2] || sa[sa.rank() - 1] == kBatch) {
+    return fail(node, "inner dimensions differ: A " + sa.to_string() + ", B " + sb.to_string() + ".");
+  }
+  Shape batch_a(std::vector<int64_t>(sa.dims.begin(), sa.dims.end() - 2));
+  Shape batch_b(std::vector<int64_t>(sb.dims.begin(), sb.dims.end() - 2));
+  GPULAB_ASSIGN_OR_RETURN(Shape batch, broadcast(node, batch_a, batch_b));
+  batch.dims.push_back(sa[sa.rank() - 2]);
+  batch.dims.push_back(sb[sb.rank() - 1]);
+  ValueInfo out;
+  out.dtype = in[0]->dtype;
+  out.shape = std::move(batch);
+  return std::vector<ValueInfo>{out};
+}
+
+Result<std::vector<ValueInfo>> infer_gather(const Node& node, const std::vector<const ValueInfo*>& in) {
+  if (!in[0] || in.size() < 2 || !in[1]) return fail(node, "needs inputs data and indices");
+  const Shape& data = in[0]->shape;
+  int64_t axis = node.attr<AxisAttrs>().axis;
+  if (!normalize_axis(axis, static_cast<int64_t>(data.rank()))) {
+    return fail(node, "axis " + std::to_string(node.attr<AxisAttrs>().axis) + " is out of range for data " +
+                          data.to_string() + ".");
+  }
+  ValueInfo out;
+  out.dtype = in[0]->dtype;
+  for (int64_t i = 0; i < axis; ++i) out.shape.dims.push_back(data[i]);
+  for (int64_t d : in[1]->shape.dims) out.shape.dims.push_back(d);
+  for (size_t i = axis + 1; i < data.rank(); ++i) out.shape.dims.push_back(data[i]);
+  const std::vector<int64_t>* values = known(in[0]);
+  const std::vector<int64_t>* indices = known(in[1]);
+  if (values && indices && data.rank() == 1) {
+    const int64_t n = static_cast<int64_t>(values->size());
+    std::vector<int64_t> gathered;
+    for (int64_t idx : *indices) {
+      const int64_t i = idx < 0 ? idx + n : idx;
+      if (i < 0 || i >= n) {
+        return fail(node, "index " + std::to_string(idx) + " is out of range for " + std::to_string(n) +
+                              " elements.");
+      }
+      gathered.push_back((*values)[i]);
+    }
+    out.known_values = std::move(gathered);
+  }
+  return std::vector<ValueInfo>{out};
+}
+
+Result<std::vector<ValueInfo>> infer_unsqueeze(const Node& node, const std::vector<const ValueInfo*>& in) {
+  const Shape& x = in[0]->shape;
+  const std::vector<int64_t>& axes_in = node.attr<UnsqueezeAttrs>().axes;
+  const int64_t out_rank = static_cast<int64_t>(x.rank() + axes_in.size());
+  std::vector<bool> inserted(out_rank, false);
+  for (int64_t axis : axes_in) {
+    int64_t a = axis;
+    if (!normalize_axis(a, out_rank) || inserted[a]) {
+      return fail(node, "axis " + std::to_string(axis) + " is out of range or repeated for output rank " +
+                            std::to_string(out_rank) + ".");
+    }
+    inserted[a] = true;
+  }
+  ValueInfo out;
+  out.dtype = in[0]->dtype;
+  size_t next = 0;
+  for (int64_t i = 0; i < out_rank; ++i) out.shape.dims.push_back(inserted[i] ? 1 : x[next++]);
+  out.known_values = in[0]->known_values;
+  return std::vector<ValueInfo>{out};
+}
+
+Result<std::vector<ValueInfo>> infer_concat(const Node& node, const std::vector<const ValueInfo*>& in) {
+  if (in.empty() || !in[0]) return fail(node, "needs at least one input");
+  const Shape& first = in[0]->shape;
+  int64_t axis = node.attr<AxisAttrs>().axis;
+  if (!normalize_axis(axis, static_cast<int64_t>(first.rank()))) {
+    return fail(node, "axis " + std::to_string(node.attr<AxisAttrs>().axis) + " is out of range for " +
+                          first.to_string() + ".");
+  }
+  ValueInfo out;
+  out.dtype = in[0]->dtype;
+  out.shape = first;
+  std::vector<int64_t> values;
+  bool all_known = first.rank() == 1;
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (!in[k]) return fail(node, "input " + std::to_string(k) + " is absent");
+    const Shape& s = in[k]->shape;
+    if (s.rank() != first.rank()) {
+      return fail(node, "inputs " + first.to_string() + " and " + s.to_string() + " differ in rank.");
+    }
+    for (size_t i = 0; i < s.rank(); ++i) {
+      if (static_cast<int64_t>(i) != axis && s[i] != first[i]) {
+        return fail(node, "inputs " + first.to_string() + " and " + s.to_string() + " differ outside axis " +
+                              std::to_string(axis) + ".");
+      }
+    }
+    if (k > 0) {
+      if (s[axis] == kBatch || out.shape[axis] == kBatch) {
+        return fail(node, "concatenating along the symbolic batch dimension is not supported.");
+      }
+      out.shape[axis] += s[axis];
+    }
+    if (const std::vector<int64_t>* v = known(in[k])) {
+      values.insert(values.end(), v->begin(), v->end());
+    } else {
+      all_known = false;
+    }
+  }
+  if (all_known) out.known_values = std::move(values);
+  return std::vector<ValueInfo>{out};
+}
+
+Result<std::vector<ValueInfo>> infer_dispatch(const Node& node, const std::vector<const ValueInfo*>& in) {
+  switch (node.op) {
+    case OpType::kConv: return infer_conv(node, in);
+    case OpType::kMaxPool:
+    case OpType::kAveragePool: return infer_pool(node, in);
+    case OpType::kBatchNormalization: {
+      GPULAB_TRY(need_rank(node, *in[0], 4, "X"));
+      const int64_t c = in[0]->shape[1];
+      for (size_t i = 1; i < 5; ++i) {
+        if (i >= in.size() || !in[i]) return fail(node, "needs inputs X, scale, B, mean, var");
+        if (in[i]->shape != Shape{c}) {
+          return fail(node, "parameter '" + node.input(i) + "' has shape " + in[i]->shape.to_string() +
+                                ", expected [" + dim_string(c) + "] for input " + in[0]->shape.to_string() + ".");
+        }
+      }
+      return std::vector<ValueInfo>{same_as(*in[0])};
+    }
+    case OpType::kRelu:
+    case OpType::kClip:
+    case OpType::kSigmoid:
+    case OpType::kHardSigmoid:
+    case OpType::kHardSwish:
+    case OpType::kIdentity:
+    case OpType::kDropout: {
+      ValueInfo out = same_as(*in[0]);
+      if (node.op == OpType::kIdentity) out.known_values = in[0]->known_values;
+      return std::vector<ValueInfo>{out};
+    }
+    case OpType::kSoftmax: {
+      int64_t axis = node.attr<AxisAttrs>().axis;
+      if (!normalize_axis(axis, static_cast<int64_t>(in[0]->shape.rank()))) {
+        return fail(node, "axis " + std::to_string(node.attr<AxisAttrs>().axis) + " is out of range for " +
+                              in[0]->shape.to_string() + ".");
+      }
+      return std::vector<ValueInfo>{same_as(*in[0])};
+    }
+    case OpType::kAdd:
+    case OpType::kMul: {
+      if (in.size() < 2 || !in[1]) return fail(node, "needs two inputs");
+      GPULAB_ASSIGN_OR_RETURN(Shape s, broadcast(node, in[0]->shape, in[1]->shape));
+      ValueInfo out;
+      out.dtype = in[0]->dtype;
+      out.shape = std::move(s);
+      return std::vector<ValueInfo>{out};
+    }
+    case OpType::kGlobalAveragePool: {
+      GPULAB_TRY(need_rank(node, *in[0], 4, "X"));
+      ValueInfo out;
+      out.dtype = in[0]->dtype;
+      out.shape = Shape{in[0]->shape[0], in[0]->shape[1], 1, 1};
+      return std::vector<ValueInfo>{out};
+    }
+    case OpType::kFlatten: return infer_flatten(node, in);
+    case OpType::kReshape: return infer_reshape(node, in);
+    case OpType::kGemm: return infer_gemm(node, in);
+    case OpType::kMatMul: return infer_matmul(node, in);
+    case OpType::kShape: {
+      ValueInfo out;
+      out.dtype = DataType::kInt64;
+      out.shape = Shape{static_cast<int64_t>(in[0]->shape.rank())};
+      out.known_values = in[0]->shape.dims;
+      return std::vector<ValueInfo>{out};
+    }
+    case OpType::kGather: return infer_gather(node, in);
+    case OpType::kUnsqueeze: return infer_unsqueeze(node, in);
+    case OpType::kConcat: return infer_concat(node, in);
+    case OpType::kConstant:
+      return Status::internal(node_where(node) +
+                              ": Constant nodes must be turned into initializers by the importer.");
+  }
+  return Status::internal(node_where(node) + ": no shape inference for this op");
+}
+
+// The attribute struct each op carries; a missing one is a bug in whoever built the node.
+bool has_expected_attrs(const Node& node) {
+  switch (node.op) {
+    case OpType::kConv: return std::holds_alternative<ConvAttrs>(node.attrs);
+    case OpType::kBatchNormalization: return std::holds_alternative<BatchNormAttrs>(node.attrs);
+    case OpType::kClip: return std::holds_alternative<ClipAttrs>(node.attrs);
+    case OpType::kMaxPool:
+    case OpType::kAveragePool: return std::holds_alternative<PoolAttrs>(node.attrs);
+    case OpType::kFlatten: return std::holds_alternative<FlattenAttrs>(node.attrs);
+    case OpType::kReshape: return std::holds_alternative<ReshapeAttrs>(node.attrs);
+    case OpType::kGemm: return std::holds_alternative<GemmAttrs>(node.attrs);
+    case OpType::kConcat:
+    case OpType::kGather:
+    case OpType::kSoftmax: return std::holds_alternative<AxisAttrs>(node.attrs);
+    case OpType::kUnsqueeze: return std::holds_alternative<UnsqueezeAttrs>(node.attrs);
+    case OpType::kHardSigmoid: return std::holds_alternative<HardSigmoidAttrs>(node.attrs);
+    default: return true;
+  }
+}
+
+}  // namespace
+
+Result<std::vector<ValueInfo>> infer_node(const Node& node, const std::vector<const ValueInfo*>& inputs,
+                                          const Graph& graph) {
+  (void)graph;
+  if (!has_expected_attrs(node)) {
+    return Status::internal(node_where(node) + ": the node carries the wrong attribute type for its op.");
+  }
+  if (inputs.empty() || !inputs[0]) return fail(node, "input 0 is absent");
+  if (node.outputs.empty()) return fail(node, "has no outputs");
+  return infer_dispatch(node, inputs);
+}
+
+Status Graph::infer_shapes() {
+  std::map<std::string, ValueInfo> next;
+  for (const std::string& in : inputs) {
+    auto it = values.find(in);
+    if (it == values.end()) {
+      return Status::invalid_model("graph input '" + in +
+                                   "' has no shape. Give every graph input a type and shape.");
+    }
+    next[in] = it->second;
+  }
+  for (const auto& [name, tensor] : initializers) {
+    ValueInfo info;
+    info.dtype = tensor.dtype();
+    info.shape = tensor.shape();
+    if (tensor.dtype() == DataType::kInt64 && tensor.numel() <= kMaxKnownValues) {
+      auto v = tensor.i64();
+      info.known_values = std::vector<int64_t>(v.begin(), v.end());
+    }
+    next[name] = std::move(info);
+  }
+  for (const Node& node : nodes) {
+    std::vector<const ValueInfo*> ins;
+    for (const std::string& in : node.inputs) {
+      if (in.empty()) {
+        ins.push_back(nullptr);
+        continue;
+      }
+      auto it = next.find(in);
+      if (it == next.end()) {
+        return Status::invalid_model(node_where(node) + ": input '" + in +
+                                     "' is not defined before this node. The graph is incomplete or not in "
+                                     "topological order.");
+      }
+      ins.push_back(&it->second);
+    }
+    auto result = infer_node(node, ins, *this);
+    if (!result.is_ok()) {
+      std::string shapes;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        shapes += (i ? ", " : "") + (ins[i] ? ins[i]->shape.to_string() : std::string("-"));
+      }
+      return result.status().with_context("shape inference (input shapes " + shapes + ")");
+    }
+    std::vector<ValueInfo>& outs = result.value();
+    for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i) {
+      if (!node.outputs[i].empty()) next[node.outputs[i]] = std::move(outs[i]);
+    }
+  }
+  values = std::move(next);
+  return Status::ok();
+}
+
+}  // namespace gpulab
