@@ -1,0 +1,72 @@
+// Image decoding: JPEG (libjpeg-turbo), PNG (libpng), BMP and binary PPM/PGM, to 8-bit RGB.
+//
+// The format comes from the file's magic bytes, never its extension. Every decoder produces the
+// same thing PIL's Image.open(p).convert("RGB") does, which is what torchvision users feed their
+// models:
+//   - JPEG: baseline, progressive, grayscale (replicated to 3 channels), CMYK/YCCK (Adobe
+//     inverted CMYK, converted with PIL's integer formula). Accurate integer IDCT and fancy
+//     upsampling (libjpeg's defaults, as PIL uses). EXIF orientation is ignored, as in PIL.
+//     A truncated file ("Premature end of JPEG file") is an error, as are corrupt entropy data
+//     and tables; harmless libjpeg warnings (extraneous bytes between markers, odd JFIF/Adobe
+//     headers) are tolerated, as PIL tolerates them.
+//   - PNG: 1/2/4/8/16-bit gray, gray+alpha, RGB, RGBA and palette, interlaced or not. Alpha is
+//     dropped (not composited), as PIL's convert("RGB") does; 16-bit samples keep their high byte.
+//     (PIL clamps 16-bit *grayscale* to 0..255 instead of scaling it; gpulab scales, on purpose.)
+//     Gamma and colour-profile chunks are ignored, as in PIL. Any CRC error is an error.
+//   - BMP: uncompressed 24- and 32-bit (BI_RGB, or BI_BITFIELDS with the standard masks),
+//     bottom-up and top-down, and 8-bit palette.
+//   - PPM/PGM: binary P6/P5 with maxval 255.
+//
+// Bad input (empty, truncated, corrupt, unknown format, zero or huge dimensions) returns a Status
+// (kInvalidFile, kUnsupported, kNotFound, kIoError) whose message names the file; nothing crashes.
+// All functions are thread-safe (no shared state) and allocate the output image.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "gpulab/status.h"
+
+namespace gpulab {
+
+// A decoded image: always 8-bit RGB, interleaved, row-major HWC (rgb[(y*width + x)*3 + c],
+// c = 0 R, 1 G, 2 B), rows packed without padding. channels is 3 for every decoded image.
+struct Image {
+  int width = 0;
+  int height = 0;
+  int channels = 3;
+  std::vector<uint8_t> rgb;
+
+  size_t size_bytes() const { return rgb.size(); }
+  bool empty() const { return rgb.empty(); }
+  // Pixel (x, y), channel c; no bounds check.
+  uint8_t at(int x, int y, int c) const { return rgb[(static_cast<size_t>(y) * width + x) * channels + c]; }
+};
+
+enum class ImageFormat { kUnknown, kJpeg, kPng, kBmp, kPpm };
+
+// "jpeg", "png", "bmp", "ppm", "unknown".
+std::string_view image_format_name(ImageFormat format);
+
+// The format whose magic bytes start `bytes`; kUnknown when none does.
+ImageFormat detect_image_format(std::span<const std::byte> bytes);
+
+// Decode refuses images larger than this per side or in total (a decompression bomb or corrupt
+// header); 2^28 pixels are 768 MiB of RGB.
+inline constexpr int64_t kMaxImageSide = 65535;
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+
+// kInvalidFile when width or height is zero/negative or beyond the limits above.
+Status check_image_dimensions(int64_t width, int64_t height, std::string_view source_name);
+
+// Reads and decodes a file. Missing file: kNotFound.
+Result<Image> decode_image(const std::filesystem::path& path);
+
+// Decodes bytes already in memory; `source_name` (a path or "<stdin>") only appears in messages.
+Result<Image> decode_image_bytes(std::span<const std::byte> bytes, std::string_view source_name);
+
+}  // namespace gpulab

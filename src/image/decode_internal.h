@@ -1,0 +1,21 @@
+// Per-format decoders behind decode_image_bytes(); not part of the image library's API.
+// Each receives bytes whose magic already matched and a name for messages.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string_view>
+
+#include "image/decode.h"
+
+namespace gpulab::image_detail {
+
+Result<Image> decode_jpeg(std::span<const std::byte> bytes, std::string_view source_name);
+Result<Image> decode_png(std::span<const std::byte> bytes, std::string_view source_name);
+Result<Image> decode_bmp(std::span<const std::byte> bytes, std::string_view source_name);
+Result<Image> decode_ppm(std::span<const std::byte> bytes, std::string_view source_name);
+
+// An Image of the given size with its pixel buffer allocated; kOutOfMemory if that fails.
+Result<Image> allocate_image(int width, int height, std::string_view source_name);
+
+}  // namespace gpulab::image_detail
