@@ -1,0 +1,36 @@
+// The inference backend behind `classify` (and `accuracy` later): the GPU engine when asked for
+// and usable, else the CPU reference executor.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "gpulab/status.h"
+#include "gpulab/tensor.h"
+#include "graph/graph.h"
+
+namespace gpulab::cli {
+
+struct ClassifyBackendOptions {
+  std::string device = "auto";   // cuda, cpu, auto
+  std::string precision = "fp32";
+  int64_t max_batch = 8;
+  std::string plan_path;         // load this plan instead of building from the graph (GPU only)
+};
+
+class ClassifyBackend {
+ public:
+  virtual ~ClassifyBackend() = default;
+  // Float NCHW batch in, float [N, classes] logits out.
+  virtual Result<Tensor> run(const Tensor& input) = 0;
+  // "cpu (reference)", "cuda fp16 (NVIDIA H200)", ...
+  virtual std::string name() const = 0;
+};
+
+// device "cpu": the reference executor. "cuda": the GPU engine, or an error saying why not.
+// "auto": the GPU engine when a GPU is usable, else the reference executor with a one-line
+// notice on stderr.
+Result<std::unique_ptr<ClassifyBackend>> make_classify_backend(const Graph& graph,
+                                                               const ClassifyBackendOptions& options);
+
+}  // namespace gpulab::cli
