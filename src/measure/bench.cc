@@ -1,0 +1,522 @@
+#include "measure/bench.h"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+
+#include "core/file_io.h"
+
+namespace gpulab::measure {
+
+// ---- Options -----------------------------------------------------------------------------------
+
+Status validate(const BenchOptions& o) {
+  if (o.batch < 1) {
+    return Status::invalid_argument(
+        fmt::format("--batch: {} is not a batch size. Give 1 or more images per inference.", o.batch));
+  }
+  if (!std::isfinite(o.warmup_ms) || o.warmup_ms < 0) {
+    return Status::invalid_argument(fmt::format(
+        "--warmup-ms: {} is not a duration. Give 0 or more milliseconds (default 200).", o.warmup_ms));
+  }
+  if (!std::isfinite(o.min_duration_s) || o.min_duration_s < 0) {
+    return Status::invalid_argument(fmt::format(
+        "--min-duration-s: {} is not a duration. Give 0 or more seconds (default 3).", o.min_duration_s));
+  }
+  if (o.min_iterations < 1) {
+    return Status::invalid_argument(
+        fmt::format("--min-iterations: {} is too small. Give 1 or more (default 10).", o.min_iterations));
+  }
+  if (o.streams < 1 || o.streams > kMaxStreams) {
+    return Status::invalid_argument(
+        fmt::format("--streams: {} is outside 1..{}. Give the number of concurrent execution "
+                    "contexts, usually 1 or 2.",
+                    o.streams, kMaxStreams));
+  }
+  if (o.percentiles.empty()) {
+    return Status::invalid_argument(
+        "--percentiles: the list is empty. Give comma-separated values in (0, 100], e.g. "
+        "50,90,95,99.");
+  }
+  for (double p : o.percentiles) {
+    if (!(p > 0 && p <= 100)) {
+      return Status::invalid_argument(
+          fmt::format("--percentiles: {} is outside (0, 100]. Give values such as 50,90,95,99.", p));
+    }
+  }
+  if (o.device < 0) {
+    return Status::invalid_argument(fmt::format(
+        "--device: {} is not a device ordinal. Give 0 for the first GPU (nvidia-smi lists them).", o.device));
+  }
+  if (o.profile_iterations < 1) {
+    return Status::invalid_argument(
+        fmt::format("profile iterations: {} is too small. Give 1 or more.", o.profile_iterations));
+  }
+  if (!o.json_path.empty() && o.json_path == o.export_times_path) {
+    return Status::invalid_argument(
+        fmt::format("--json and --export-times: both name '{}'. Give two different files.", o.json_path));
+  }
+  return Status::ok();
+}
+
+// ---- The loop ----------------------------------------------------------------------------------
+
+namespace {
+
+double steady_now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+struct Pending {
+  double start_ms = 0;
+  double enqueue_ms = 0;
+};
+
+}  // namespace
+
+Result<BenchResult> run_bench_loop(const BenchOptions& options, const BenchHooks& hooks) {
+  GPULAB_TRY(validate(options));
+  if (!hooks.enqueue || !hooks.wait) {
+    return Status::internal("bench: run_bench_loop needs both an enqueue and a wait hook.");
+  }
+  const std::function<double()> now_s = hooks.now_s ? hooks.now_s : steady_now_s;
+  const int streams = options.streams;
+
+  // Warm-up: whole rounds, so every stream's context is prepared before measuring.
+  const double warmup_start_s = now_s();
+  int64_t warmup_rounds = 0;
+  do {
+    for (int s = 0; s < streams; ++s) {
+      GPULAB_TRY(hooks.enqueue(s).with_context(fmt::format("bench warm-up, stream {}", s)));
+    }
+    for (int s = 0; s < streams; ++s) {
+      auto times = hooks.wait(s);
+      if (!times) return times.status().with_context(fmt::format("bench warm-up, stream {}", s));
+    }
+    ++warmup_rounds;
+  } while ((now_s() - warmup_start_s) * 1000.0 < options.warmup_ms);
+
+  // Measurement.
+  std::vector<std::deque<Pending>> pending(static_cast<size_t>(streams));
+  std::vector<IterationTimes> samples;
+  samples.reserve(static_cast<size_t>(std::max<int64_t>(options.min_iterations, 1024)));
+  const double start_s = now_s();
+
+  auto issue = [&](int s) -> Status {
+    const double t0 = now_s();
+    GPULAB_TRY(
+        hooks.enqueue(s).with_context(fmt::format("bench iteration {}, stream {}", samples.size(), s)));
+    const double t1 = now_s();
+    pending[static_cast<size_t>(s)].push_back({(t0 - start_s) * 1000.0, (t1 - t0) * 1000.0});
+    return Status::ok();
+  };
+  auto collect = [&](int s) -> Status {
+    auto times = hooks.wait(s);
+    if (!times) {
+      return times.status().with_context(fmt::format("bench iteration {}, stream {}", samples.size(), s));
+    }
+    const Pending p = pending[static_cast<size_t>(s)].front();
+    pending[static_cast<size_t>(s)].pop_front();
+    IterationTimes it;
+    it.stream = s;
+    it.start_ms = p.start_ms;
+    it.enqueue_ms = p.enqueue_ms;
+    if (options.include_transfers) {
+      it.h2d_ms = times->h2d_ms;
+      it.d2h_ms = times->d2h_ms;
+    }
+    it.compute_ms = times->compute_ms;
+    it.latency_ms = it.h2d_ms + it.compute_ms + it.d2h_ms;
+    samples.push_back(it);
+    return Status::ok();
+  };
+
+  for (int s = 0; s < streams; ++s) GPULAB_TRY(issue(s));
+  bool done = false;
+  while (!done) {
+    for (int s = 0; s < streams && !done; ++s) {
+      GPULAB_TRY(issue(s));  // queued behind the one still running: the GPU does not idle
+      GPULAB_TRY(collect(s));
+      done = static_cast<int64_t>(samples.size()) >= options.min_iterations &&
+             now_s() - start_s >= options.min_duration_s;
+    }
+  }
+  for (int s = 0; s < streams; ++s) {
+    while (!pending[static_cast<size_t>(s)].empty()) GPULAB_TRY(collect(s));
+  }
+  double wall_s = now_s() - start_s;
+  // A clock too coarse to see the run (possible with fake clocks) must not divide by zero.
+  if (!(wall_s > 0)) {
+    return Status::internal(fmt::format(
+        "bench: the host clock did not advance over {} iterations. Use a monotonic clock.", samples.size()));
+  }
+  return make_bench_result(options, std::move(samples), wall_s);
+}
+
+// ---- Results -----------------------------------------------------------------------------------
+
+namespace {
+
+template <typename Field>
+Result<Summary> summarize_field(const std::vector<IterationTimes>& samples,
+                                const std::vector<double>& percentiles, Field field) {
+  std::vector<double> values;
+  values.reserve(samples.size());
+  for (const IterationTimes& it : samples) values.push_back(it.*field);
+  return summarize(values, percentiles);
+}
+
+std::string fmt_ms(double ms) {
+  return fmt::format("{:.4f}", ms);
+}
+
+}  // namespace
+
+Result<BenchResult> make_bench_result(const BenchOptions& options, std::vector<IterationTimes> samples,
+                                      double wall_s) {
+  GPULAB_TRY(validate(options));
+  if (samples.empty()) {
+    return Status::invalid_argument("bench: no iterations were measured. Run at least one.");
+  }
+  BenchResult r;
+  r.options = options;
+  r.iterations = static_cast<int64_t>(samples.size());
+  r.wall_s = wall_s;
+  GPULAB_ASSIGN_OR_RETURN(r.throughput_ips, throughput_per_s(r.iterations * options.batch, wall_s));
+  const auto& pcts = options.percentiles;
+  GPULAB_ASSIGN_OR_RETURN(r.gpu_compute_ms, summarize_field(samples, pcts, &IterationTimes::compute_ms));
+  GPULAB_ASSIGN_OR_RETURN(r.latency_ms, summarize_field(samples, pcts, &IterationTimes::latency_ms));
+  GPULAB_ASSIGN_OR_RETURN(r.enqueue_ms, summarize_field(samples, pcts, &IterationTimes::enqueue_ms));
+  if (options.include_transfers) {
+    GPULAB_ASSIGN_OR_RETURN(r.h2d_ms, summarize_field(samples, pcts, &IterationTimes::h2d_ms));
+    GPULAB_ASSIGN_OR_RETURN(r.d2h_ms, summarize_field(samples, pcts, &IterationTimes::d2h_ms));
+  }
+  r.samples = std::move(samples);
+
+  const double compute = r.gpu_compute_ms.median;
+  if (r.gpu_compute_ms.cov > kUnstableCov) {
+    r.warnings.push_back(
+        fmt::format("unstable: GPU compute time varies by {:.1f}% (coefficient of variation; above {:.1f}%), "
+                    "so the medians and throughput may not repeat. gpulab locks nothing (clocks, power): "
+                    "close other GPU work, let the GPU reach a steady temperature, and raise "
+                    "--min-duration-s.",
+                    r.gpu_compute_ms.cov * 100, kUnstableCov * 100));
+  }
+  if (r.enqueue_ms.median >= compute) {
+    r.warnings.push_back(
+        fmt::format("enqueue-bound: submitting one iteration takes {} ms of host time, at least its {} ms of "
+                    "GPU compute, so the GPU waits for the host and throughput measures the CPU. {}",
+                    fmt_ms(r.enqueue_ms.median), fmt_ms(compute),
+                    options.cuda_graph ? "Use a bigger --batch or more --streams."
+                                       : "Use --cuda-graph (one launch per inference) or a bigger --batch."));
+  }
+  if (r.h2d_ms && r.d2h_ms && r.h2d_ms->median + r.d2h_ms->median > compute) {
+    r.warnings.push_back(
+        fmt::format("transfer-bound: H2D + D2H take {} ms per iteration, more than its {} ms of GPU compute. "
+                    "Keep inputs on the device (--no-include-transfers measures compute alone), upload "
+                    "uint8 images instead of float, or overlap copies and compute with --streams 2.",
+                    fmt_ms(r.h2d_ms->median + r.d2h_ms->median), fmt_ms(compute)));
+  }
+  return r;
+}
+
+double compute_throughput_ips(const BenchResult& result) {
+  const double ms = result.gpu_compute_ms.median;
+  return ms > 0 ? static_cast<double>(result.options.batch) * 1000.0 / ms : 0.0;
+}
+
+void add_environment_warnings(BenchResult& result) {
+  const auto& env = result.environment;
+  if (env.start && env.end && env.start->sm_clock_mhz && env.end->sm_clock_mhz &&
+      *env.end->sm_clock_mhz < 0.95 * *env.start->sm_clock_mhz) {
+    result.warnings.push_back(fmt::format(
+        "clocks dropped: the SM clock fell from {:.0f} MHz at the start to {:.0f} MHz at the end, "
+        "so later iterations ran slower. Check cooling and power (gpulab monitor), and compare "
+        "runs only at the same clocks.",
+        *env.start->sm_clock_mhz, *env.end->sm_clock_mhz));
+  }
+  for (const auto* state : {&env.start, &env.end}) {
+    if (*state && (*state)->performance_limited) {
+      std::string reasons;
+      for (const auto& name : (*state)->clock_event_reasons) {
+        reasons += reasons.empty() ? name : "|" + name;
+      }
+      result.warnings.push_back(
+          fmt::format("throttled: the GPU reported clock-event reasons {} at the {} of the run, so it ran "
+                      "below its maximum clocks. Check cooling, the power limit and other GPU work.",
+                      reasons, state == &env.start ? "start" : "end"));
+      break;
+    }
+  }
+}
+
+std::vector<LayerProfileRow> make_profile(std::span<const LayerTiming> layers,
+                                          const std::optional<Ceilings>& ceilings) {
+  double total_ms = 0;
+  for (const LayerTiming& l : layers) total_ms += l.gpu_ms;
+  const bool have_roof = ceilings && ceilings->tflops > 0 && ceilings->memory_gb_s > 0;
+  std::vector<LayerProfileRow> rows;
+  rows.reserve(layers.size());
+  for (const LayerTiming& l : layers) {
+    LayerProfileRow row;
+    row.layer = l;
+    row.share = total_ms > 0 ? l.gpu_ms / total_ms : 0;
+    if (l.gpu_ms > 0) {
+      row.achieved_tflops = l.flops / (l.gpu_ms * 1e-3) / 1e12;
+      row.achieved_gb_s = l.bytes / (l.gpu_ms * 1e-3) / 1e9;
+    }
+    if (have_roof) {
+      const double compute_ms = l.flops / (ceilings->tflops * 1e12) * 1e3;
+      const double memory_ms = l.bytes / (ceilings->memory_gb_s * 1e9) * 1e3;
+      row.roofline_ms = std::max(compute_ms, memory_ms);
+      row.bound = compute_ms >= memory_ms ? "compute" : "memory";
+      if (*row.roofline_ms > 0) row.roofline_factor = l.gpu_ms / *row.roofline_ms;
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// ---- JSON --------------------------------------------------------------------------------------
+
+namespace {
+
+nlohmann::json summary_json(const Summary& s) {
+  nlohmann::json pct = nlohmann::json::object();
+  for (const Percentile& p : s.percentiles) pct[percentile_name(p.percentile)] = p.value;
+  return {{"count", s.count},   {"min", s.min},       {"max", s.max}, {"mean", s.mean},
+          {"median", s.median}, {"stddev", s.stddev}, {"cov", s.cov}, {"percentiles", pct}};
+}
+
+template <typename T>
+nlohmann::json opt(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+nlohmann::json state_json(const std::optional<GpuState>& s) {
+  if (!s) return nullptr;
+  return {{"sm_clock_mhz", opt(s->sm_clock_mhz)},
+          {"memory_clock_mhz", opt(s->memory_clock_mhz)},
+          {"power_w", opt(s->power_w)},
+          {"power_limit_w", opt(s->power_limit_w)},
+          {"temperature_c", opt(s->temperature_c)},
+          {"clock_event_reasons", s->clock_event_reasons},
+          {"performance_limited", s->performance_limited}};
+}
+
+nlohmann::json empty_to_null(const std::string& s) {
+  return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s);
+}
+
+}  // namespace
+
+nlohmann::json to_json(const BenchResult& r) {
+  const BenchOptions& o = r.options;
+  const BenchEnvironment& e = r.environment;
+  nlohmann::json metrics = {{"gpu_compute_ms", summary_json(r.gpu_compute_ms)},
+                            {"latency_ms", summary_json(r.latency_ms)},
+                            {"enqueue_ms", summary_json(r.enqueue_ms)},
+                            {"h2d_ms", r.h2d_ms ? summary_json(*r.h2d_ms) : nullptr},
+                            {"d2h_ms", r.d2h_ms ? summary_json(*r.d2h_ms) : nullptr}};
+  nlohmann::json profile = nlohmann::json::array();
+  for (const LayerProfileRow& row : r.profile) {
+    profile.push_back({{"name", row.layer.name},
+                       {"kind", row.layer.kind},
+                       {"tactic", row.layer.tactic},
+                       {"precision", row.layer.precision},
+                       {"flops", row.layer.flops},
+                       {"bytes", row.layer.bytes},
+                       {"gpu_ms", row.layer.gpu_ms},
+                       {"share", row.share},
+                       {"achieved_tflops", row.achieved_tflops},
+                       {"achieved_gb_s", row.achieved_gb_s},
+                       {"roofline_ms", opt(row.roofline_ms)},
+                       {"roofline_factor", opt(row.roofline_factor)},
+                       {"bound", empty_to_null(row.bound)}});
+  }
+  nlohmann::json ceilings = nullptr;
+  if (r.ceilings) {
+    ceilings = {{"memory_gb_s", r.ceilings->memory_gb_s},
+                {"tflops", r.ceilings->tflops},
+                {"source", r.ceilings->source}};
+  }
+  return {
+      {"schema", "gpulab.bench"},
+      {"schema_version", kBenchSchemaVersion},
+      {"model", r.model},
+      {"precision", r.precision},
+      {"options",
+       {{"batch", o.batch},
+        {"warmup_ms", o.warmup_ms},
+        {"min_duration_s", o.min_duration_s},
+        {"min_iterations", o.min_iterations},
+        {"cuda_graph", o.cuda_graph},
+        {"include_transfers", o.include_transfers},
+        {"streams", o.streams},
+        {"percentiles", o.percentiles},
+        {"device", o.device}}},
+      {"iterations", r.iterations},
+      {"wall_s", r.wall_s},
+      {"throughput_ips", r.throughput_ips},
+      {"compute_throughput_ips", compute_throughput_ips(r)},
+      {"metrics", metrics},
+      {"warnings", r.warnings},
+      {"environment",
+       {{"gpu_name", empty_to_null(e.gpu_name)},
+        {"compute_capability", opt(e.compute_capability)},
+        {"driver_version", empty_to_null(e.driver_version)},
+        {"cuda_driver_version", opt(e.cuda_driver_version)},
+        {"cuda_runtime_version", opt(e.cuda_runtime_version)},
+        {"cudnn_version", opt(e.cudnn_version)},
+        {"cublas_version", opt(e.cublas_version)},
+        {"start", state_json(e.start)},
+        {"end", state_json(e.end)},
+        {"gpulab_version", empty_to_null(e.gpulab_version)},
+        {"command_line", empty_to_null(e.command_line)}}},
+      {"ceilings", ceilings},
+      {"profile", profile},
+  };
+}
+
+// ---- Printed report ----------------------------------------------------------------------------
+
+namespace {
+
+// 13000 -> "13.0", 91900 -> "9.19.0", 130100 -> "13.1.0"; the encodings of the libraries.
+std::string cuda_version_string(const std::optional<int>& v) {
+  if (!v) return "?";
+  return fmt::format("{}.{}", *v / 1000, (*v % 1000) / 10);
+}
+std::string cudnn_version_string(const std::optional<int>& v) {
+  if (!v) return "?";
+  // cuDNN 9: major * 10000 + minor * 100 + patch.
+  return fmt::format("{}.{}.{}", *v / 10000, (*v % 10000) / 100, *v % 100);
+}
+std::string cublas_version_string(const std::optional<int>& v) {
+  if (!v) return "?";
+  // cuBLAS(Lt) 12+: major * 10000 + minor * 100 + patch.
+  return fmt::format("{}.{}.{}", *v / 10000, (*v % 10000) / 100, *v % 100);
+}
+
+std::string state_pair(const std::optional<GpuState>& a, const std::optional<GpuState>& b,
+                       std::optional<double> GpuState::*field, const char* unit) {
+  auto one = [&](const std::optional<GpuState>& s) {
+    return s && (*s).*field ? fmt::format("{:.0f}", *((*s).*field)) : std::string("?");
+  };
+  return fmt::format("{} / {} {}", one(a), one(b), unit);
+}
+
+void append_row(std::string& out, const char* name, const Summary& s) {
+  out += fmt::format("  {:<16}{:>10.4f}{:>10.4f}{:>10.4f}", name, s.min, s.mean, s.median);
+  for (const Percentile& p : s.percentiles) out += fmt::format("{:>10.4f}", p.value);
+  out += fmt::format("{:>10.4f}{:>8.2f}%\n", s.max, s.cov * 100);
+}
+
+constexpr const char* kExplanation =
+    "What the numbers mean (docs/metrics.md defines each once):\n"
+    "  Throughput     inferences (images) completed per second of host wall time over the whole\n"
+    "                 measurement: iterations x batch / wall time. Includes every host gap.\n"
+    "  Latency        H2D + GPU compute + D2H of one iteration (device events); equals GPU compute\n"
+    "                 when transfers are not included. Not the host round trip.\n"
+    "  GPU compute    device time between CUDA events around the inference itself (ms).\n"
+    "  H2D / D2H      device time of the input copy from pinned host memory / the output copy back.\n"
+    "  Enqueue        host time the call that queues one iteration took (ms); when it reaches GPU\n"
+    "                 compute, the GPU waits for the host.\n"
+    "  min/mean/median/max, pNN: over the measured iterations; pNN is the nearest-rank\n"
+    "                 percentile (the smallest sample with at least NN% of samples at or below it).\n"
+    "  CoV            coefficient of variation = standard deviation / mean; above 2.5% the run\n"
+    "                 is flagged unstable.\n";
+
+}  // namespace
+
+std::string format_profile(std::span<const LayerProfileRow> rows, const std::optional<Ceilings>& ceilings) {
+  if (rows.empty()) return {};
+  std::string out;
+  if (ceilings && ceilings->tflops > 0 && ceilings->memory_gb_s > 0) {
+    out += fmt::format(
+        "Per-layer profile (eager, events between steps; roofline at {:.0f} TFLOP/s "
+        "and {:.0f} GB/s, {}):\n",
+        ceilings->tflops, ceilings->memory_gb_s, ceilings->source);
+  } else {
+    out +=
+        "Per-layer profile (eager, events between steps; no ceilings: run with --ceilings "
+        "for roofline columns):\n";
+  }
+  out += fmt::format("  {:<28} {:<10} {:<22} {:>9} {:>7} {:>9} {:>9} {:>10} {:>8} {:>8}\n", "layer", "kind",
+                     "tactic", "ms", "share", "GFLOP", "TFLOP/s", "GB/s", "roof ms", "x roof");
+  for (const LayerProfileRow& row : rows) {
+    out += fmt::format(
+        "  {:<28} {:<10} {:<22} {:>9.4f} {:>6.1f}% {:>9.3f} {:>9.1f} {:>10.1f} {:>8} {:>8}\n",
+        row.layer.name.substr(0, 28), row.layer.kind.substr(0, 10), row.layer.tactic.substr(0, 22),
+        row.layer.gpu_ms, row.share * 100, row.layer.flops / 1e9, row.achieved_tflops, row.achieved_gb_s,
+        row.roofline_ms ? fmt::format("{:.4f}", *row.roofline_ms) : "-",
+        row.roofline_factor ? fmt::format("{:.2f}{}", *row.roofline_factor, row.bound[0]) : "-");
+  }
+  out += "  x roof: measured / roofline time; c = compute-bound, m = memory-bound roofline.\n";
+  return out;
+}
+
+std::string format_summary(const BenchResult& r) {
+  const BenchOptions& o = r.options;
+  const BenchEnvironment& e = r.environment;
+  std::string out;
+  out += fmt::format("gpulab bench: {} ({}), batch {}, CUDA graph {}, transfers {}, {} stream{}\n", r.model,
+                     r.precision, o.batch, o.cuda_graph ? "on" : "off",
+                     o.include_transfers ? "included" : "not included", o.streams, o.streams == 1 ? "" : "s");
+  out += fmt::format("GPU {}: {} (driver {}, CUDA runtime {}, cuDNN {}, cuBLAS {})\n", o.device,
+                     e.gpu_name.empty() ? "?" : e.gpu_name, e.driver_version.empty() ? "?" : e.driver_version,
+                     cuda_version_string(e.cuda_runtime_version), cudnn_version_string(e.cudnn_version),
+                     cublas_version_string(e.cublas_version));
+  if (e.start || e.end) {
+    out += fmt::format("Start / end: SM clock {}, memory clock {}, power limit {}, power {}\n",
+                       state_pair(e.start, e.end, &GpuState::sm_clock_mhz, "MHz"),
+                       state_pair(e.start, e.end, &GpuState::memory_clock_mhz, "MHz"),
+                       state_pair(e.start, e.end, &GpuState::power_limit_w, "W"),
+                       state_pair(e.start, e.end, &GpuState::power_w, "W"));
+  }
+  out += fmt::format("Measured {} iterations in {:.3f} s after {:.0f} ms of warm-up\n\n", r.iterations,
+                     r.wall_s, o.warmup_ms);
+  out += fmt::format(
+      "Throughput: {:.1f} inferences/s (host wall time); batch / median GPU compute: {:.1f}/s\n\n",
+      r.throughput_ips, compute_throughput_ips(r));
+
+  out += fmt::format("  {:<16}{:>10}{:>10}{:>10}", "time (ms)", "min", "mean", "median");
+  for (double p : o.percentiles) out += fmt::format("{:>10}", percentile_name(p));
+  out += fmt::format("{:>10}{:>9}\n", "max", "CoV");
+  append_row(out, "Latency", r.latency_ms);
+  if (r.h2d_ms) append_row(out, "H2D", *r.h2d_ms);
+  append_row(out, "GPU compute", r.gpu_compute_ms);
+  if (r.d2h_ms) append_row(out, "D2H", *r.d2h_ms);
+  append_row(out, "Enqueue", r.enqueue_ms);
+
+  if (!r.profile.empty()) out += "\n" + format_profile(r.profile, r.ceilings);
+  if (!r.warnings.empty()) {
+    out += "\nWarnings:\n";
+    for (const std::string& w : r.warnings) out += "  - " + w + "\n";
+  }
+  out += "\n";
+  out += kExplanation;
+  return out;
+}
+
+// ---- Files -------------------------------------------------------------------------------------
+
+Status export_times_csv(const std::filesystem::path& path, std::span<const IterationTimes> samples) {
+  std::string text = "iteration,stream,start_ms,enqueue_ms,h2d_ms,compute_ms,d2h_ms,latency_ms\n";
+  text.reserve(text.size() + samples.size() * 80);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const IterationTimes& t = samples[i];
+    text += fmt::format("{},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f}\n", i, t.stream, t.start_ms,
+                        t.enqueue_ms, t.h2d_ms, t.compute_ms, t.d2h_ms, t.latency_ms);
+  }
+  return write_file_atomic(path, text).with_context("--export-times");
+}
+
+Status write_bench_json(const std::filesystem::path& path, const BenchResult& result) {
+  return write_file_atomic(path, to_json(result).dump(2) + "\n").with_context("--json");
+}
+
+}  // namespace gpulab::measure

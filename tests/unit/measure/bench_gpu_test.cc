@@ -1,0 +1,131 @@
+// `gpulab bench` end to end on a GPU: runs the built executable on the shared MobileNetV2 and
+// checks that every reported number is finite and positive and that the JSON and CSV agree.
+// Skipped with the reason when the build has no CUDA runtime or no GPU is usable.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpulab/status.h"
+#include "test_support.h"
+
+namespace gpulab {
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string output;
+};
+
+CliRun run_gpulab(const std::string& args) {
+  const std::string command = gpulab::testing::gpulab_exe().string() + " " + args + " 2>&1";
+  CliRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return run;
+  std::array<char, 4096> buffer{};
+  size_t n = 0;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+void expect_positive_summary(const nlohmann::json& m, const char* name, int64_t iterations) {
+  ASSERT_TRUE(m.is_object()) << name;
+  EXPECT_EQ(m.at("count").get<int64_t>(), iterations) << name;
+  for (const char* key : {"min", "max", "mean", "median"}) {
+    const double v = m.at(key).get<double>();
+    EXPECT_TRUE(std::isfinite(v) && v > 0) << name << "." << key << " = " << v;
+  }
+  EXPECT_LE(m.at("min").get<double>(), m.at("median").get<double>()) << name;
+  EXPECT_LE(m.at("median").get<double>(), m.at("max").get<double>()) << name;
+  EXPECT_GE(m.at("cov").get<double>(), 0) << name;
+}
+
+class BenchGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto shared = gpulab::testing::shared_dir();
+    if (!shared) GTEST_SKIP() << "no shared data folder (set GPULAB_SHARED_DIR)";
+    model_ = (*shared / "models" / "mobilenet_v2_1.0_224.onnx").string();
+    if (!std::filesystem::exists(model_)) GTEST_SKIP() << model_ << " is absent";
+    dir_ = std::filesystem::temp_directory_path() / ("gpulab_bench_gpu_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  // Runs bench; skips the test when no GPU runtime is usable.
+  nlohmann::json bench(const std::string& flags, const std::string& name) {
+    const std::string json = (dir_ / (name + ".json")).string();
+    const CliRun run = run_gpulab("bench --model " + model_ + " " + flags + " --json " + json +
+                                  " --export-times " + (dir_ / (name + ".csv")).string());
+    if (run.exit_code == exit_code_for(StatusCode::kUnavailable)) {
+      skipped_ = run.output;
+      return nullptr;
+    }
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("Throughput:"), std::string::npos) << run.output;
+    std::ifstream in(json);
+    std::stringstream text;
+    text << in.rdbuf();
+    return nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  }
+
+  std::string model_;
+  std::filesystem::path dir_;
+  std::string skipped_;
+};
+
+TEST_F(BenchGpu, GraphWithTransfersOnTwoStreams) {
+  const nlohmann::json j = bench(
+      "--batch 4 --precision fp16 --warmup-ms 50 --min-duration-s 0.2 --min-iterations 20 "
+      "--streams 2 --percentiles 50,99",
+      "graph");
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j.at("schema"), "gpulab.bench");
+  const int64_t iterations = j.at("iterations").get<int64_t>();
+  EXPECT_GE(iterations, 20);
+  const double ips = j.at("throughput_ips").get<double>();
+  EXPECT_TRUE(std::isfinite(ips) && ips > 0) << ips;
+  for (const char* m : {"gpu_compute_ms", "latency_ms", "enqueue_ms", "h2d_ms", "d2h_ms"}) {
+    expect_positive_summary(j.at("metrics").at(m), m, iterations);
+  }
+  EXPECT_FALSE(j.at("environment").at("gpu_name").is_null());
+  EXPECT_TRUE(j.at("environment").at("cudnn_version").is_number());
+  std::ifstream csv(dir_ / "graph.csv");
+  std::string line;
+  int64_t rows = -1;  // header
+  while (std::getline(csv, line)) ++rows;
+  EXPECT_EQ(rows, iterations);
+}
+
+TEST_F(BenchGpu, EagerWithoutTransfers) {
+  const nlohmann::json j = bench(
+      "--batch 2 --precision fp32 --warmup-ms 20 --min-duration-s 0.1 --min-iterations 10 "
+      "--no-cuda-graph --no-include-transfers",
+      "eager");
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  ASSERT_TRUE(j.is_object());
+  const int64_t iterations = j.at("iterations").get<int64_t>();
+  expect_positive_summary(j.at("metrics").at("gpu_compute_ms"), "gpu_compute_ms", iterations);
+  EXPECT_TRUE(j.at("metrics").at("h2d_ms").is_null());
+  EXPECT_DOUBLE_EQ(j.at("metrics").at("latency_ms").at("median").get<double>(),
+                   j.at("metrics").at("gpu_compute_ms").at("median").get<double>());
+  EXPECT_FALSE(j.at("options").at("cuda_graph").get<bool>());
+}
+
+}  // namespace
+}  // namespace gpulab

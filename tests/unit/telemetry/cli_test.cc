@@ -1,0 +1,197 @@
+// `gpulab monitor`, `bandwidth` and `doctor` end to end: every command prints a clear message and
+// the right exit code, also on a machine without a GPU or driver. Runs the built gpulab binary.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <dlfcn.h>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "test_support.h"
+
+namespace gpulab {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+  std::string out;     // stdout only
+};
+
+CliRun run_gpulab(const std::string& args, const std::string& env = "") {
+  CliRun r;
+  const std::string exe = env + " " + testing::gpulab_exe().string();
+  const std::string err_file =
+      (fs::temp_directory_path() / ("gpulab-cli-test-" + std::to_string(getpid()))).string();
+  FILE* p = popen((exe + " " + args + " 2>" + err_file).c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_file);
+  std::string err_text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  fs::remove(err_file);
+  r.output = r.out + err_text;
+  return r;
+}
+
+bool has_library(const char* soname) {
+  void* h = dlopen(soname, RTLD_LAZY | RTLD_LOCAL);
+  if (h) dlclose(h);
+  return h != nullptr;
+}
+
+class GpulabCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(testing::gpulab_exe()))
+      GTEST_SKIP() << "gpulab binary not built at " << testing::gpulab_exe();
+  }
+};
+
+TEST_F(GpulabCli, MonitorWithoutDriverSaysWhyAndFails) {
+  if (has_library("libnvidia-ml.so.1")) GTEST_SKIP() << "NVML present: this covers the driverless machine";
+  const CliRun r = run_gpulab("monitor --count 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("no NVIDIA driver: libnvidia-ml.so.1 not found"), std::string::npos) << r.output;
+  const CliRun csv = run_gpulab("monitor --csv --count 2");
+  EXPECT_NE(csv.exit_code, 0);
+  EXPECT_NE(csv.output.find("libnvidia-ml.so.1"), std::string::npos);
+}
+
+TEST_F(GpulabCli, MonitorRejectsBadFlagsBeforeLookingForTheDriver) {
+  const CliRun fields = run_gpulab("monitor --csv --fields index,bogus");
+  EXPECT_NE(fields.exit_code, 0);
+  EXPECT_NE(fields.output.find("unknown field 'bogus'"), std::string::npos) << fields.output;
+  const CliRun serve = run_gpulab("monitor --serve nonsense");
+  EXPECT_NE(serve.exit_code, 0);
+  EXPECT_NE(serve.output.find("is not ADDR:PORT"), std::string::npos) << serve.output;
+  const CliRun both = run_gpulab("monitor --csv --json");
+  EXPECT_NE(both.exit_code, 0);
+  const CliRun interval = run_gpulab("monitor --interval-ms 0");
+  EXPECT_NE(interval.exit_code, 0);
+}
+
+TEST_F(GpulabCli, BandwidthWithoutDriverSaysWhyAndFails) {
+  if (has_library("libcuda.so.1")) GTEST_SKIP() << "CUDA driver present: this covers the driverless machine";
+  const CliRun r = run_gpulab("bandwidth --sizes 4K");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("no NVIDIA driver: libcuda.so.1 not found"), std::string::npos) << r.output;
+}
+
+TEST_F(GpulabCli, BandwidthRejectsBadSizes) {
+  const CliRun r = run_gpulab("bandwidth --sizes 4X");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--sizes: '4X'"), std::string::npos) << r.output;
+  const CliRun k = run_gpulab("bandwidth --copies up");
+  EXPECT_NE(k.exit_code, 0);
+  EXPECT_NE(k.output.find("--copies: unknown value 'up'"), std::string::npos) << k.output;
+}
+
+TEST_F(GpulabCli, DoctorOnThisMachineReportsFailuresWithFixes) {
+  if (has_library("libnvidia-ml.so.1")) GTEST_SKIP() << "NVML present: this covers the driverless machine";
+  const CliRun r = run_gpulab("doctor --pcie-load-ms 0");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.out.find("NVML"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FAIL"), std::string::npos);
+  EXPECT_NE(r.out.find("fix: "), std::string::npos);
+  EXPECT_NE(r.out.find("per-GPU checks need NVML"), std::string::npos);
+}
+
+TEST_F(GpulabCli, DoctorJsonOnAFakeTree) {
+  const fs::path root = fs::temp_directory_path() / ("gpulab-cli-root-" + std::to_string(getpid()));
+  fs::create_directories(root / "proc/driver/nvidia");
+  std::ofstream(root / "proc/modules") << "nouveau 2805760 0 - Live 0x0\nnvidia 62263296 0 - Live 0x0\n";
+  std::ofstream(root / "proc/driver/nvidia/version")
+      << "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\n";
+  const CliRun bad = run_gpulab("doctor --json --no-gpu --no-libraries --root " + root.string());
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  const auto j = nlohmann::json::parse(bad.out, nullptr, false);
+  ASSERT_TRUE(j.is_array()) << bad.out;
+  bool nouveau_failed = false;
+  for (const auto& f : j) {
+    ASSERT_TRUE(f.contains("check") && f.contains("status") && f.contains("detail") && f.contains("fix"));
+    if (f.at("check") == "nouveau") nouveau_failed = f.at("status") == "fail";
+  }
+  EXPECT_TRUE(nouveau_failed) << bad.out;
+
+  std::ofstream(root / "proc/modules") << "nvidia 62263296 0 - Live 0x0\n";
+  const CliRun good = run_gpulab("doctor --no-gpu --no-libraries --root " + root.string());
+  EXPECT_EQ(good.exit_code, 0) << good.output;
+  EXPECT_NE(good.out.find("loaded, version 550.54.14"), std::string::npos) << good.out;
+  const CliRun missing_root = run_gpulab("doctor --root /nonexistent/gpulab");
+  EXPECT_NE(missing_root.exit_code, 0);
+  fs::remove_all(root);
+}
+
+// With the stand-in libnvidia-ml.so.1 (tests/unit/telemetry/fake_nvml.cc: one "NVIDIA H200",
+// power draw unsupported, no energy/PCIe throughput entry points).
+const std::string kFakeNvml = std::string("LD_LIBRARY_PATH=") + GPULAB_FAKE_NVML_DIR;
+
+TEST_F(GpulabCli, MonitorCsvWithFakeNvmlReportsUnsupportedAsNA) {
+  const CliRun r = run_gpulab(
+      "monitor --csv --count 2 --interval-ms 10 --fields index,name,utilization.gpu,memory.used,power.draw,"
+      "power.limit,energy.total,pcie.rx,pcie.link.gen.current,clocks_event_reasons.names,pstate",
+      kFakeNvml);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string expected_row = "0, NVIDIA H200, 42, 1024, N/A, 700.00, N/A, N/A, 5, gpu_idle, P0";
+  EXPECT_EQ(r.out,
+            "index, name, utilization.gpu [%], memory.used [MiB], power.draw [W], power.limit [W], "
+            "energy.total [mJ], pcie.rx [KB/s], pcie.link.gen.current, clocks_event_reasons.names, pstate\n" +
+                expected_row + "\n" + expected_row + "\n");
+}
+
+TEST_F(GpulabCli, MonitorJsonAndLiveViewWithFakeNvml) {
+  const CliRun j = run_gpulab("monitor --json --count 1", kFakeNvml);
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  const auto doc = nlohmann::json::parse(j.out, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << j.out;
+  const auto& gpu = doc.at("gpus").at(0);
+  EXPECT_EQ(gpu.at("name"), "NVIDIA H200");
+  EXPECT_TRUE(gpu.at("power.draw").is_null());
+  EXPECT_TRUE(gpu.at("energy.total").is_null());
+  EXPECT_EQ(gpu.at("memory.total"), 143771);
+  EXPECT_EQ(gpu.at("processes").at(0).at("pid"), 4242);
+  EXPECT_EQ(gpu.at("processes").at(0).at("used_memory_mib"), 512);
+  const CliRun live = run_gpulab("monitor --count 1", kFakeNvml);
+  ASSERT_EQ(live.exit_code, 0) << live.output;
+  EXPECT_NE(live.out.find("NVIDIA H200"), std::string::npos) << live.out;
+  EXPECT_NE(live.out.find("power N/A/700 W"), std::string::npos) << live.out;
+  EXPECT_NE(live.out.find("pid    4242"), std::string::npos) << live.out;
+  const CliRun bad_gpu = run_gpulab("monitor --gpu 3 --count 1", kFakeNvml);
+  EXPECT_EQ(bad_gpu.exit_code, 2) << bad_gpu.output;
+  EXPECT_NE(bad_gpu.output.find("--gpu: index 3 out of range (1 GPUs)"), std::string::npos);
+}
+
+TEST_F(GpulabCli, DoctorGpuChecksWithFakeNvml) {
+  const CliRun r = run_gpulab("doctor --json --no-libraries --pcie-load-ms 0", kFakeNvml);
+  const auto doc = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(doc.is_array()) << r.output;
+  std::map<std::string, nlohmann::json> by_check;
+  for (const auto& f : doc) by_check[f.at("check").get<std::string>()] = f;
+  ASSERT_TRUE(by_check.count("NVML")) << r.out;
+  EXPECT_EQ(by_check["NVML"].at("status"), "pass") << by_check["NVML"];
+  ASSERT_TRUE(by_check.count("GPU 0 architecture")) << r.out;
+  const std::string arch = by_check["GPU 0 architecture"].at("detail");
+  EXPECT_NE(arch.find("Hopper (sm_90)"), std::string::npos) << arch;
+  EXPECT_NE(arch.find("4th-gen tensor cores"), std::string::npos) << arch;
+  EXPECT_NE(arch.find("FP8"), std::string::npos) << arch;
+  EXPECT_EQ(by_check["GPU 0 persistence mode"].at("status"), "pass");
+  EXPECT_EQ(by_check["GPU 0 PCIe link"].at("status"), "pass") << by_check["GPU 0 PCIe link"];
+  EXPECT_EQ(by_check["GPU 0 clock-event reasons"].at("detail"), "gpu_idle");
+  EXPECT_EQ(by_check["GPU 0 ECC"].at("status"), "pass");
+  EXPECT_EQ(by_check["GPU 0 free memory"].at("status"), "pass");
+  EXPECT_NE(by_check["GPU 0 free memory"].at("detail").get<std::string>().find("pid 4242 512 MiB"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpulab
