@@ -1,6 +1,9 @@
 // Helpers shared by the tests: where the fixtures and the shared data live.
 #pragma once
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -30,6 +33,26 @@ inline std::optional<std::filesystem::path> shared_dir() {
 // The path of the gpulab executable built with the tests.
 inline std::filesystem::path gpulab_exe() {
   return std::filesystem::path(GPULAB_BINARY_DIR) / "gpulab";
+}
+
+// Runs the built gpulab executable with `args` (a shell-quoted string) and returns its exit code
+// and output (stdout, plus stderr when merge_stderr).
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+};
+inline CliRun run_gpulab(const std::string& args, bool merge_stderr = true) {
+  CliRun r;
+  const std::string cmd =
+      "'" + gpulab_exe().string() + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 }  // namespace gpulab::testing

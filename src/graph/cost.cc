@@ -24,7 +24,8 @@ int64_t value_bytes(const Graph& graph, const std::string& name, int64_t batch, 
   } else if (const ValueInfo* v = graph.value(name)) {
     dtype = v->dtype;
   }
-  const bool is_float = dtype == DataType::kFloat32 || dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
+  const bool is_float =
+      dtype == DataType::kFloat32 || dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
   const size_t elem = is_float ? dtype_size(activation_dtype) : dtype_size(dtype);
   return value_numel(graph, name, batch) * static_cast<int64_t>(elem);
 }

@@ -23,7 +23,9 @@ Status fail(const Node& node, const std::string& what) {
   return Status::invalid_model(node_where(node) + ": " + what);
 }
 
-std::string dim_string(int64_t d) { return d == kBatch ? std::string("N") : std::to_string(d); }
+std::string dim_string(int64_t d) {
+  return d == kBatch ? std::string("N") : std::to_string(d);
+}
 
 std::string values_string(const std::vector<int64_t>& v) {
   std::string s = "[";
@@ -96,8 +98,9 @@ Result<int64_t> window_out(const Node& node, int64_t in, int64_t kernel, int64_t
   const int64_t span = dilation * (kernel - 1) + 1;
   const int64_t padded = in + pad_begin + pad_end;
   if (padded < span) {
-    return fail(node, std::string("the window (") + std::to_string(span) + ") is larger than the padded input (" +
-                          std::to_string(padded) + ") along " + axis + ". Check the input size.");
+    return fail(node, std::string("the window (") + std::to_string(span) +
+                          ") is larger than the padded input (" + std::to_string(padded) + ") along " + axis +
+                          ". Check the input size.");
   }
   int64_t out = ceil_mode ? (padded - span + stride - 1) / stride + 1 : (padded - span) / stride + 1;
   // With ceil_mode the last window must start inside the input or its begin padding.
@@ -115,23 +118,25 @@ Result<std::vector<ValueInfo>> infer_conv(const Node& node, const std::vector<co
   GPULAB_TRY(need_static_spatial(node, x));
   if (w.has_batch()) return fail(node, "weight shape " + w.to_string() + " is symbolic");
   if (a.groups <= 0 || w[0] % a.groups != 0 || x[1] != w[1] * a.groups) {
-    return fail(node, "input " + x.to_string() + " and weight " + w.to_string() + " do not match with group=" +
-                          std::to_string(a.groups) + " (needs C = W[1]*group and W[0] divisible by group).");
+    return fail(node, "input " + x.to_string() + " and weight " + w.to_string() +
+                          " do not match with group=" + std::to_string(a.groups) +
+                          " (needs C = W[1]*group and W[0] divisible by group).");
   }
   if (w[2] != a.kernel.h || w[3] != a.kernel.w) {
     return fail(node, "kernel_shape " + std::to_string(a.kernel.h) + "x" + std::to_string(a.kernel.w) +
                           " disagrees with weight shape " + w.to_string() + ".");
   }
-  GPULAB_ASSIGN_OR_RETURN(int64_t oh, window_out(node, x[2], a.kernel.h, a.stride.h, a.pads.top, a.pads.bottom,
-                                                a.dilation.h, false, "H"));
-  GPULAB_ASSIGN_OR_RETURN(int64_t ow, window_out(node, x[3], a.kernel.w, a.stride.w, a.pads.left, a.pads.right,
-                                                a.dilation.w, false, "W"));
+  GPULAB_ASSIGN_OR_RETURN(int64_t oh, window_out(node, x[2], a.kernel.h, a.stride.h, a.pads.top,
+                                                 a.pads.bottom, a.dilation.h, false, "H"));
+  GPULAB_ASSIGN_OR_RETURN(int64_t ow, window_out(node, x[3], a.kernel.w, a.stride.w, a.pads.left,
+                                                 a.pads.right, a.dilation.w, false, "W"));
   ValueInfo out;
   out.dtype = in[0]->dtype;
   out.shape = Shape{x[0], w[0], oh, ow};
   if (in.size() > 2 && in[2]) {
     if (in[2]->shape != Shape{w[0]}) {
-      return fail(node, "bias shape " + in[2]->shape.to_string() + " should be [" + std::to_string(w[0]) + "].");
+      return fail(node,
+                  "bias shape " + in[2]->shape.to_string() + " should be [" + std::to_string(w[0]) + "].");
     }
   }
   if (a.has_residual) {
@@ -149,10 +154,10 @@ Result<std::vector<ValueInfo>> infer_pool(const Node& node, const std::vector<co
   GPULAB_TRY(need_rank(node, *in[0], 4, "X"));
   const Shape& x = in[0]->shape;
   GPULAB_TRY(need_static_spatial(node, x));
-  GPULAB_ASSIGN_OR_RETURN(int64_t oh, window_out(node, x[2], a.kernel.h, a.stride.h, a.pads.top, a.pads.bottom,
-                                                a.dilation.h, a.ceil_mode, "H"));
-  GPULAB_ASSIGN_OR_RETURN(int64_t ow, window_out(node, x[3], a.kernel.w, a.stride.w, a.pads.left, a.pads.right,
-                                                a.dilation.w, a.ceil_mode, "W"));
+  GPULAB_ASSIGN_OR_RETURN(int64_t oh, window_out(node, x[2], a.kernel.h, a.stride.h, a.pads.top,
+                                                 a.pads.bottom, a.dilation.h, a.ceil_mode, "H"));
+  GPULAB_ASSIGN_OR_RETURN(int64_t ow, window_out(node, x[3], a.kernel.w, a.stride.w, a.pads.left,
+                                                 a.pads.right, a.dilation.w, a.ceil_mode, "W"));
   ValueInfo out;
   out.dtype = in[0]->dtype;
   out.shape = Shape{x[0], x[1], oh, ow};
@@ -165,8 +170,8 @@ Result<std::vector<ValueInfo>> infer_flatten(const Node& node, const std::vector
   const int64_t rank = static_cast<int64_t>(x.rank());
   if (axis < 0) axis += rank;
   if (axis < 0 || axis > rank) {
-    return fail(node, "axis " + std::to_string(node.attr<FlattenAttrs>().axis) + " is out of range for input " +
-                          x.to_string() + ".");
+    return fail(node, "axis " + std::to_string(node.attr<FlattenAttrs>().axis) +
+                          " is out of range for input " + x.to_string() + ".");
   }
   auto product = [&](int64_t begin, int64_t end) -> Result<int64_t> {
     int64_t p = 1;
@@ -234,7 +239,8 @@ Result<std::vector<ValueInfo>> infer_reshape(const Node& node, const std::vector
     if (d == kBatch) {
       ++out_batch;
     } else if (d < 0) {
-      return fail(node, "shape " + values_string(*target) + " has an invalid dimension " + std::to_string(d) + ".");
+      return fail(node,
+                  "shape " + values_string(*target) + " has an invalid dimension " + std::to_string(d) + ".");
     } else {
       out_concrete *= d;
     }
@@ -251,9 +257,9 @@ Result<std::vector<ValueInfo>> infer_reshape(const Node& node, const std::vector
     } else if (in_batch == out_batch + 1 && ratio == 1) {
       dims[infer_at] = kBatch;
     } else if (in_batch == out_batch + 1) {
-      return Status::unsupported(node_where(node) + ": reshaping " + x.to_string() + " to " +
-                                 values_string(*target) +
-                                 " folds the batch into another dimension. Keep the batch as its own dimension.");
+      return Status::unsupported(
+          node_where(node) + ": reshaping " + x.to_string() + " to " + values_string(*target) +
+          " folds the batch into another dimension. Keep the batch as its own dimension.");
     } else {
       return mismatch();
     }
@@ -280,8 +286,8 @@ Result<std::vector<ValueInfo>> infer_gemm(const Node& node, const std::vector<co
   const int64_t kb = a.trans_b ? sb[1] : sb[0];
   const int64_t n = a.trans_b ? sb[0] : sb[1];
   if (ka != kb || ka == kBatch) {
-    return fail(node, "inner dimensions differ: A " + sa.to_string() + (a.trans_a ? " (transposed)" : "") + ", B " +
-                          sb.to_string() + (a.trans_b ? " (transposed)" : "") + ".");
+    return fail(node, "inner dimensions differ: A " + sa.to_string() + (a.trans_a ? " (transposed)" : "") +
+                          ", B " + sb.to_string() + (a.trans_b ? " (transposed)" : "") + ".");
   }
   ValueInfo out;
   out.dtype = in[0]->dtype;
@@ -289,7 +295,8 @@ Result<std::vector<ValueInfo>> infer_gemm(const Node& node, const std::vector<co
   if (in.size() > 2 && in[2]) {
     GPULAB_ASSIGN_OR_RETURN(Shape bc, broadcast(node, out.shape, in[2]->shape));
     if (bc != out.shape) {
-      return fail(node, "C " + in[2]->shape.to_string() + " does not broadcast to " + out.shape.to_string() + ".");
+      return fail(node,
+                  "C " + in[2]->shape.to_string() + " does not broadcast to " + out.shape.to_string() + ".");
     }
   }
   return std::vector<ValueInfo>{out};
@@ -422,7 +429,8 @@ Result<std::vector<ValueInfo>> infer_dispatch(const Node& node, const std::vecto
         if (i >= in.size() || !in[i]) return fail(node, "needs inputs X, scale, B, mean, var");
         if (in[i]->shape != Shape{c}) {
           return fail(node, "parameter '" + node.input(i) + "' has shape " + in[i]->shape.to_string() +
-                                ", expected [" + dim_string(c) + "] for input " + in[0]->shape.to_string() + ".");
+                                ", expected [" + dim_string(c) + "] for input " + in[0]->shape.to_string() +
+                                ".");
         }
       }
       return std::vector<ValueInfo>{same_as(*in[0])};

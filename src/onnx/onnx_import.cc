@@ -52,8 +52,9 @@ float half_to_float(uint16_t h) {
 Result<std::vector<std::byte>> read_external(const onnx::TensorProto& t, const ImportContext& ctx,
                                              const std::string& where, size_t want_bytes) {
   if (!ctx.base_dir) {
-    return Status::unsupported(where + ": its data is stored in an external file, which cannot be read when the "
-                                       "model is loaded from memory. Load the model from its file instead.");
+    return Status::unsupported(where +
+                               ": its data is stored in an external file, which cannot be read when the "
+                               "model is loaded from memory. Load the model from its file instead.");
   }
   std::string location;
   int64_t offset = 0, length = -1;
@@ -94,7 +95,8 @@ Result<std::vector<std::byte>> read_external(const onnx::TensorProto& t, const I
       static_cast<uint64_t>(offset) + static_cast<uint64_t>(length) > file_size) {
     return Status::invalid_model(where + ": external data (offset " + std::to_string(offset) + ", length " +
                                  std::to_string(length) + ") does not fit file '" + file.string() + "' (" +
-                                 std::to_string(file_size) + " bytes) or the tensor (" + std::to_string(want_bytes) +
+                                 std::to_string(file_size) + " bytes) or the tensor (" +
+                                 std::to_string(want_bytes) +
                                  " bytes). The data file is truncated or belongs to another model.");
   }
   std::vector<std::byte> bytes(want_bytes);
@@ -108,7 +110,8 @@ Result<std::vector<std::byte>> read_external(const onnx::TensorProto& t, const I
 }
 
 // Converts a TensorProto; float16 becomes float32 and int32 becomes int64.
-Result<Tensor> convert_tensor(const onnx::TensorProto& t, const ImportContext& ctx, const std::string& where) {
+Result<Tensor> convert_tensor(const onnx::TensorProto& t, const ImportContext& ctx,
+                              const std::string& where) {
   Shape shape;
   int64_t numel = 1;
   for (int64_t d : t.dims()) {
@@ -128,16 +131,17 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& t, const ImportContext& c
     case onnx::TensorProto::FLOAT16: elem = 2; break;
     case onnx::TensorProto::BOOL: elem = 1; break;
     default:
-      return Status::unsupported(where + ": element type " +
-                                 onnx::TensorProto::DataType_Name(
-                                     static_cast<onnx::TensorProto::DataType>(t.data_type())) +
-                                 " is not supported (float32, float16, float64, int32, int64, bool are).");
+      return Status::unsupported(
+          where + ": element type " +
+          onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(t.data_type())) +
+          " is not supported (float32, float16, float64, int32, int64, bool are).");
   }
   // Raw little-endian bytes in the stored element type.
   std::vector<std::byte> raw;
   auto count_error = [&](size_t have) {
     return Status::invalid_model(where + ": holds " + std::to_string(have) + " elements, but its shape " +
-                                 shape.to_string() + " needs " + std::to_string(n) + ". The file is corrupt.");
+                                 shape.to_string() + " needs " + std::to_string(n) +
+                                 ". The file is corrupt.");
   };
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
     GPULAB_ASSIGN_OR_RETURN(raw, read_external(t, ctx, where, n * elem));
@@ -312,7 +316,8 @@ Result<Window> read_window(AttrReader& attrs, const std::string& where, std::opt
   } else if (kernel_fallback) {
     w.kernel = *kernel_fallback;
   } else {
-    return Status::invalid_model(where + ": kernel_shape is missing and cannot be taken from a constant weight.");
+    return Status::invalid_model(where +
+                                 ": kernel_shape is missing and cannot be taken from a constant weight.");
   }
   GPULAB_ASSIGN_OR_RETURN(w.stride, get_hw(attrs, where, "strides", Hw{1, 1}));
   if (with_dilation) {
@@ -378,13 +383,15 @@ Status Importer::read_opset(const onnx::ModelProto& model) {
     if (op.domain().empty() || op.domain() == "ai.onnx") graph_.opset = op.version();
   }
   if (graph_.opset == 0) {
-    return Status::invalid_model("the model imports no opset of the default ONNX domain. Re-export it with a "
-                                 "standard exporter (opset " + std::to_string(kMinOnnxOpset) + ".." +
-                                 std::to_string(kMaxOnnxOpset) + ").");
+    return Status::invalid_model(
+        "the model imports no opset of the default ONNX domain. Re-export it with a "
+        "standard exporter (opset " +
+        std::to_string(kMinOnnxOpset) + ".." + std::to_string(kMaxOnnxOpset) + ").");
   }
   if (graph_.opset < kMinOnnxOpset || graph_.opset > kMaxOnnxOpset) {
-    return Status::unsupported("opset " + std::to_string(graph_.opset) + " is not supported (gpulab reads opsets " +
-                               std::to_string(kMinOnnxOpset) + ".." + std::to_string(kMaxOnnxOpset) +
+    return Status::unsupported("opset " + std::to_string(graph_.opset) +
+                               " is not supported (gpulab reads opsets " + std::to_string(kMinOnnxOpset) +
+                               ".." + std::to_string(kMaxOnnxOpset) +
                                "). Re-export the model, e.g. torch.onnx.export(..., opset_version=17).");
   }
   ctx_.opset = graph_.opset;
@@ -395,17 +402,18 @@ Status Importer::read_inputs(const onnx::GraphProto& g) {
   for (const auto& in : g.input()) {
     if (graph_.is_initializer(in.name())) continue;  // old exporters list weights as inputs too
     const std::string where = "graph input '" + in.name() + "'";
-    if (!in.type().has_tensor_type()) return Status::unsupported(where + ": only tensor inputs are supported.");
+    if (!in.type().has_tensor_type())
+      return Status::unsupported(where + ": only tensor inputs are supported.");
     const auto& tt = in.type().tensor_type();
     ValueInfo info;
     switch (tt.elem_type()) {
       case onnx::TensorProto::FLOAT: info.dtype = DataType::kFloat32; break;
       case onnx::TensorProto::INT64: info.dtype = DataType::kInt64; break;
       default:
-        return Status::unsupported(where + ": element type " +
-                                   onnx::TensorProto::DataType_Name(
-                                       static_cast<onnx::TensorProto::DataType>(tt.elem_type())) +
-                                   " is not supported. Use a float32 input.");
+        return Status::unsupported(
+            where + ": element type " +
+            onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(tt.elem_type())) +
+            " is not supported. Use a float32 input.");
     }
     if (!tt.has_shape()) {
       return Status::invalid_model(where + ": has no shape. Export the model with input shapes.");
@@ -444,7 +452,8 @@ Result<const Tensor*> Importer::constant_input(const onnx::NodeProto& n, int i, 
   return t;
 }
 
-Status Importer::refuse_used_output(const onnx::NodeProto& n, int i, const std::string& where, const char* what) {
+Status Importer::refuse_used_output(const onnx::NodeProto& n, int i, const std::string& where,
+                                    const char* what) {
   if (i < n.output_size() && !n.output(i).empty() && used_values_.count(n.output(i))) {
     return Status::unsupported(where + ": its " + what + " output '" + n.output(i) +
                                "' is used, which gpulab does not support (inference only).");
@@ -482,13 +491,15 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
   const std::string name = n.name().empty() ? n.op_type() + "_" + std::to_string(index) : n.name();
   const std::string where = where_node(n, name);
   if (!n.domain().empty() && n.domain() != "ai.onnx") {
-    return Status::unsupported(where + ": op domain '" + n.domain() + "' is not supported. Supported ops (default "
-                               "domain): " + supported_ops_list() + ".");
+    return Status::unsupported(where + ": op domain '" + n.domain() +
+                               "' is not supported. Supported ops (default "
+                               "domain): " +
+                               supported_ops_list() + ".");
   }
   const std::optional<OpType> op = op_from_name(n.op_type());
   if (!op) {
-    return Status::unsupported(where + ": op '" + n.op_type() + "' is not supported. Supported ops: " +
-                               supported_ops_list() + ".");
+    return Status::unsupported(where + ": op '" + n.op_type() +
+                               "' is not supported. Supported ops: " + supported_ops_list() + ".");
   }
   if (n.output_size() < 1 || n.output(0).empty()) return Status::invalid_model(where + ": has no output.");
   AttrReader attrs(n, where);
@@ -553,9 +564,11 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
       (void)momentum;  // training only
       GPULAB_ASSIGN_OR_RETURN(int64_t training, attrs.get_int("training_mode", 0));
       if (training != 0) {
-        return Status::unsupported(where + ": training_mode=1 is not supported. Export the model in eval mode.");
+        return Status::unsupported(where +
+                                   ": training_mode=1 is not supported. Export the model in eval mode.");
       }
-      for (int i = 1; i < n.output_size(); ++i) GPULAB_TRY(refuse_used_output(n, i, where, "running statistics"));
+      for (int i = 1; i < n.output_size(); ++i)
+        GPULAB_TRY(refuse_used_output(n, i, where, "running statistics"));
       if (n.input_size() != 5) return Status::invalid_model(where + ": needs inputs X, scale, B, mean, var.");
       node.attrs = a;
       break;
@@ -645,7 +658,8 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
     case OpType::kUnsqueeze: {
       UnsqueezeAttrs a;
       if (ctx_.opset >= 13) {
-        if (n.input_size() < 2 || n.input(1).empty()) return Status::invalid_model(where + ": needs input axes.");
+        if (n.input_size() < 2 || n.input(1).empty())
+          return Status::invalid_model(where + ": needs input axes.");
         GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant_input(n, 1, where, "axes"));
         if (t->dtype() != DataType::kInt64) return Status::invalid_model(where + ": axes must be int64.");
         a.axes.assign(t->i64().begin(), t->i64().end());
@@ -735,9 +749,11 @@ Status Importer::check_old_softmax() const {
     if (axis < 0) axis += static_cast<int64_t>(s.rank());
     for (size_t i = static_cast<size_t>(axis) + 1; i < s.rank(); ++i) {
       if (s[i] != 1) {
-        return Status::unsupported("node '" + node.name + "' (Softmax): opset " + std::to_string(graph_.opset) +
-                                   " Softmax over the flattened dimensions from axis " + std::to_string(axis) +
-                                   " of " + s.to_string() + " is not supported. Re-export with opset 13 or "
+        return Status::unsupported("node '" + node.name + "' (Softmax): opset " +
+                                   std::to_string(graph_.opset) +
+                                   " Softmax over the flattened dimensions from axis " +
+                                   std::to_string(axis) + " of " + s.to_string() +
+                                   " is not supported. Re-export with opset 13 or "
                                    "later, or Softmax over the last axis.");
       }
     }
@@ -747,8 +763,9 @@ Status Importer::check_old_softmax() const {
 
 Result<Graph> Importer::run(const onnx::ModelProto& model) {
   if (!model.has_graph() || model.graph().node_size() == 0) {
-    return Status::invalid_model("the model has no graph or its graph has no nodes. The file is not an ONNX "
-                                 "model, or it is truncated.");
+    return Status::invalid_model(
+        "the model has no graph or its graph has no nodes. The file is not an ONNX "
+        "model, or it is truncated.");
   }
   const onnx::GraphProto& g = model.graph();
   GPULAB_TRY(read_opset(model));
@@ -779,10 +796,12 @@ Result<Graph> Importer::run(const onnx::ModelProto& model) {
 Result<Graph> import_bytes(std::span<const std::byte> bytes, ImportContext ctx) {
   const std::string source = ctx.source;
   if (bytes.empty()) {
-    return Status::invalid_model("loading '" + source + "': the file is empty. Re-export or re-download the model.");
+    return Status::invalid_model("loading '" + source +
+                                 "': the file is empty. Re-export or re-download the model.");
   }
   if (bytes.size() > static_cast<size_t>(INT_MAX)) {
-    return Status::unsupported("loading '" + source + "': models of 2 GiB or more are not supported. Store the "
+    return Status::unsupported("loading '" + source +
+                               "': models of 2 GiB or more are not supported. Store the "
                                "weights as external data.");
   }
   onnx::ModelProto model;

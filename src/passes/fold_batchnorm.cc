@@ -53,7 +53,8 @@ Status fold_batchnorm(Graph& graph) {
     const int64_t per_channel = w->numel() / k;
     auto wv = new_w.f32();
     for (int64_t c = 0; c < k; ++c) {
-      const double a = static_cast<double>(scale->f32()[c]) / std::sqrt(static_cast<double>(var->f32()[c]) + eps);
+      const double a =
+          static_cast<double>(scale->f32()[c]) / std::sqrt(static_cast<double>(var->f32()[c]) + eps);
       for (int64_t j = 0; j < per_channel; ++j) {
         float& x = wv[c * per_channel + j];
         x = static_cast<float>(static_cast<double>(x) * a);

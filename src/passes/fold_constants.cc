@@ -38,8 +38,10 @@ Status fold_constants(Graph& graph) {
     for (size_t d = 0; d < dims.size(); ++d) {
       if (dims[d] != Shape::kBatch) continue;
       if (allowzero || d >= data->shape.rank() || data->shape[d] != Shape::kBatch) {
-        return Status::unsupported("node '" + node.name + "' (Reshape): its target shape uses the batch size at "
-                                   "position " + std::to_string(d) + ", where input " + data->shape.to_string() +
+        return Status::unsupported("node '" + node.name +
+                                   "' (Reshape): its target shape uses the batch size at "
+                                   "position " +
+                                   std::to_string(d) + ", where input " + data->shape.to_string() +
                                    " does not have its batch dimension. Only reshapes that keep the batch as "
                                    "dimension 0 are supported.");
       }

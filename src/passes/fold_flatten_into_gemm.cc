@@ -10,7 +10,8 @@ bool feeds_only_gemm_a(const Graph& graph, const std::string& value) {
   if (readers.empty()) return false;
   for (int r : readers) {
     const Node& n = graph.nodes[r];
-    if (n.op != OpType::kGemm || n.input(0) != value || n.input(1) == value || n.input(2) == value) return false;
+    if (n.op != OpType::kGemm || n.input(0) != value || n.input(1) == value || n.input(2) == value)
+      return false;
   }
   return true;
 }
@@ -21,7 +22,8 @@ Status fold_flatten_into_gemm(Graph& graph) {
   GPULAB_TRY(graph.infer_shapes());
   for (size_t i = 0; i < graph.nodes.size();) {
     Node& node = graph.nodes[i];
-    if ((node.op != OpType::kReshape && node.op != OpType::kFlatten) || !feeds_only_gemm_a(graph, node.outputs[0])) {
+    if ((node.op != OpType::kReshape && node.op != OpType::kFlatten) ||
+        !feeds_only_gemm_a(graph, node.outputs[0])) {
       ++i;
       continue;
     }

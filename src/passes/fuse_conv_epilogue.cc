@@ -10,7 +10,9 @@ int single_reader(const Graph& graph, const std::string& value) {
   return readers.size() == 1 ? readers[0] : -1;
 }
 
-void erase_node(Graph& graph, int index) { graph.nodes.erase(graph.nodes.begin() + index); }
+void erase_node(Graph& graph, int index) {
+  graph.nodes.erase(graph.nodes.begin() + index);
+}
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 //
 // With no arguments it runs the bundled default: the MobileNetV2 in models/ (real ImageNet
 // weights) on the photos in data/images/.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -52,33 +53,44 @@ struct ImageResult {
 };
 
 Status validate(const ClassifyOptions& o) {
-  if (o.top_k < 1) return Status::invalid_argument("--top-k must be at least 1 (got " + std::to_string(o.top_k) + ")");
+  if (o.top_k < 1)
+    return Status::invalid_argument("--top-k must be at least 1 (got " + std::to_string(o.top_k) + ")");
   if (o.batch < 1 || o.batch > 4096)
     return Status::invalid_argument("--batch must be in 1..4096 (got " + std::to_string(o.batch) + ")");
   return Status::ok();
 }
 
-Result<PreprocessSpec> choose_preprocess(const ClassifyOptions& o, const Graph& graph) {
+Result<PreprocessSpec> choose_preprocess(const ClassifyOptions& o,
+                                         const std::map<std::string, std::string>& metadata) {
   if (o.preprocess == "torchvision") return PreprocessSpec::torchvision_imagenet();
   if (o.preprocess == "tf-slim") return PreprocessSpec::tf_slim_inception();
   if (o.preprocess != "auto")
-    return Status::invalid_argument("--preprocess must be auto, torchvision or tf-slim (got '" + o.preprocess + "')");
-  return preprocess_from_metadata(graph.metadata);
+    return Status::invalid_argument("--preprocess must be auto, torchvision or tf-slim (got '" +
+                                    o.preprocess + "')");
+  const bool has_preprocess_keys = std::any_of(
+      metadata.begin(), metadata.end(), [](const auto& kv) { return kv.first.starts_with("preprocess."); });
+  if (!has_preprocess_keys) {
+    std::fprintf(stderr,
+                 "gpulab: the model names no preprocessing (no preprocess.* metadata); using torchvision's "
+                 "ImageNet transform. Override with --preprocess.\n");
+    return PreprocessSpec::torchvision_imagenet();
+  }
+  return preprocess_from_metadata(metadata);
 }
 
 // The model's image input must be float [N, 3, H, W]; H and W give the preprocessing size.
-Status check_image_input(const Graph& graph, const std::string& model_path, PreprocessSpec& spec) {
+Status check_image_input(const Graph& graph, const std::string& model_path) {
   if (graph.inputs.size() != 1)
     return Status::unsupported("'" + model_path + "' has " + std::to_string(graph.inputs.size()) +
                                " inputs; classify needs a model with one image input.");
   const ValueInfo* in = graph.value(graph.inputs[0]);
-  if (!in || in->shape.rank() != 4 || in->shape[1] != 3 || in->shape[2] <= 0 || in->shape[2] != in->shape[3]) {
+  const Shape shape = in ? in->shape : Shape{};
+  if (shape.rank() != 4 || shape[1] != 3 || shape[2] <= 0 || shape[2] != shape[3]) {
     return Status::unsupported("'" + model_path + "': input '" + graph.inputs[0] + "' has shape " +
-                               (in ? in->shape.to_string() : std::string("?")) +
+                               shape.to_string() +
                                "; classify needs an image input [N,3,S,S] (NCHW, RGB, square). "
                                "Use `gpulab inspect` to see the model's inputs.");
   }
-  spec.output_size = static_cast<int>(in->shape[2]);
   return Status::ok();
 }
 
@@ -106,7 +118,7 @@ nlohmann::json to_json(const std::vector<ImageResult>& results, const std::vecto
     }
     images.push_back({{"file", r.file}, {"top", std::move(top)}});
   }
-  return {{"model", o.model_path}, {"backend", backend}, {"top_k", o.top_k},
+  return {{"model", o.model_path}, {"plan", o.plan_path},         {"backend", backend}, {"top_k", o.top_k},
           {"batch", o.batch},      {"images", std::move(images)}, {"wall_ms", total_ms}};
 }
 
@@ -132,14 +144,18 @@ int run_classify(ClassifyOptions o) {
     GPULAB_ASSIGN_OR_REPORT(labels, load_labels(o.labels_path));
   }
 
-  GPULAB_ASSIGN_OR_REPORT(Graph graph, load_onnx(o.model_path));
-  PassOptions pass_options;
-  GPULAB_TRY_CLI(run_passes(graph, pass_options).with_context("optimizing '" + o.model_path + "'"));
-  GPULAB_ASSIGN_OR_REPORT(PreprocessSpec spec, choose_preprocess(o, graph));
-  GPULAB_TRY_CLI(check_image_input(graph, o.model_path, spec));
-
-  ClassifyBackendOptions backend_options{.device = o.device, .precision = o.precision, .max_batch = o.batch};
-  GPULAB_ASSIGN_OR_REPORT(std::unique_ptr<ClassifyBackend> backend, make_classify_backend(graph, backend_options));
+  std::optional<Graph> graph;
+  if (!o.model_path.empty()) {
+    GPULAB_ASSIGN_OR_REPORT(graph, load_onnx(o.model_path));
+    GPULAB_TRY_CLI(run_passes(*graph, PassOptions{}).with_context("optimizing '" + o.model_path + "'"));
+    GPULAB_TRY_CLI(check_image_input(*graph, o.model_path));
+  }
+  ClassifyBackendOptions backend_options{
+      .device = o.device, .precision = o.precision, .max_batch = o.batch, .plan_path = o.plan_path};
+  GPULAB_ASSIGN_OR_REPORT(std::unique_ptr<ClassifyBackend> backend,
+                          make_classify_backend(graph ? &*graph : nullptr, backend_options));
+  GPULAB_ASSIGN_OR_REPORT(PreprocessSpec spec, choose_preprocess(o, backend->metadata()));
+  spec.output_size = static_cast<int>(backend->input_shape()[2]);
 
   std::vector<ImageResult> results;
   for (size_t start = 0; start < files.size(); start += static_cast<size_t>(o.batch)) {
@@ -164,14 +180,15 @@ int run_classify(ClassifyOptions o) {
       results.push_back(std::move(r));
     }
   }
-  const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double total_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   if (o.json) {
     fmt::print("{}\n", to_json(results, labels, o, backend->name(), total_ms).dump(2));
   } else {
     print_text(results, labels);
-    fmt::print("{} image(s), {} on {}, {:.0f} ms in all\n", results.size(), o.model_path, backend->name(),
-               total_ms);
+    fmt::print("{} image(s), {} on {}, {:.0f} ms in all\n", results.size(),
+               o.model_path.empty() ? o.plan_path : o.model_path, backend->name(), total_ms);
   }
   return 0;
 }

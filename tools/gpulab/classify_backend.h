@@ -2,6 +2,7 @@
 // and usable, else the CPU reference executor.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -12,10 +13,10 @@
 namespace gpulab::cli {
 
 struct ClassifyBackendOptions {
-  std::string device = "auto";   // cuda, cpu, auto
+  std::string device = "auto";  // cuda, cpu, auto
   std::string precision = "fp32";
   int64_t max_batch = 8;
-  std::string plan_path;         // load this plan instead of building from the graph (GPU only)
+  std::string plan_path;  // load this plan instead of building from the graph (GPU only)
 };
 
 class ClassifyBackend {
@@ -25,12 +26,16 @@ class ClassifyBackend {
   virtual Result<Tensor> run(const Tensor& input) = 0;
   // "cpu (reference)", "cuda fp16 (NVIDIA H200)", ...
   virtual std::string name() const = 0;
+  // The model's input shape ([N,3,H,W] for an image classifier) and ONNX metadata_props.
+  virtual Shape input_shape() const = 0;
+  virtual std::map<std::string, std::string> metadata() const = 0;
 };
 
+// `graph` (optimized by run_passes) may be null only when options.plan_path names a plan.
 // device "cpu": the reference executor. "cuda": the GPU engine, or an error saying why not.
 // "auto": the GPU engine when a GPU is usable, else the reference executor with a one-line
 // notice on stderr.
-Result<std::unique_ptr<ClassifyBackend>> make_classify_backend(const Graph& graph,
+Result<std::unique_ptr<ClassifyBackend>> make_classify_backend(const Graph* graph,
                                                                const ClassifyBackendOptions& options);
 
 }  // namespace gpulab::cli

@@ -14,16 +14,16 @@ namespace gpulab::cli {
 int report(const Status& status);
 
 // In a subcommand body returning int: report a failed Status/Result and return its exit code.
-#define GPULAB_TRY_CLI(expr)                                                     \
-  do {                                                                           \
-    ::gpulab::Status gpulab_cli_status_ = ::gpulab::detail::to_status(expr);     \
+#define GPULAB_TRY_CLI(expr)                                                           \
+  do {                                                                                 \
+    ::gpulab::Status gpulab_cli_status_ = ::gpulab::detail::to_status(expr);           \
     if (!gpulab_cli_status_.is_ok()) return ::gpulab::cli::report(gpulab_cli_status_); \
   } while (0)
 #define GPULAB_ASSIGN_OR_REPORT(decl, expr) \
   GPULAB_ASSIGN_OR_REPORT_IMPL(GPULAB_CONCAT(gpulab_cli_result_, __LINE__), decl, expr)
-#define GPULAB_ASSIGN_OR_REPORT_IMPL(tmp, decl, expr)                  \
-  auto tmp = (expr);                                                   \
-  if (!tmp.is_ok()) return ::gpulab::cli::report(tmp.status());        \
+#define GPULAB_ASSIGN_OR_REPORT_IMPL(tmp, decl, expr)           \
+  auto tmp = (expr);                                            \
+  if (!tmp.is_ok()) return ::gpulab::cli::report(tmp.status()); \
   decl = std::move(tmp).value()
 
 // Makes `sub` run `body` when it is chosen; a non-zero return ends the process with that code

@@ -37,8 +37,9 @@ Result<std::string> find_data(const std::string& relative, const std::string& wh
     if (fs::exists(candidate, ec)) return candidate.string();
     searched += "\n  " + candidate.string();
   }
-  return Status::not_found("cannot find the bundled " + what + " '" + relative + "'; looked in:" + searched +
-                           "\nSet GPULAB_DATA_DIR to the folder holding models/ and data/, or pass it explicitly.");
+  return Status::not_found(
+      "cannot find the bundled " + what + " '" + relative + "'; looked in:" + searched +
+      "\nSet GPULAB_DATA_DIR to the folder holding models/ and data/, or pass it explicitly.");
 }
 
 }  // namespace
@@ -46,7 +47,11 @@ Result<std::string> find_data(const std::string& relative, const std::string& wh
 Result<std::string> default_model_path() {
   return find_data("models/mobilenet_v2_1.0_224.onnx", "model (use --model)");
 }
-Result<std::string> default_labels_path() { return find_data("models/imagenet_classes.txt", "labels (use --labels)"); }
-Result<std::string> default_images_dir() { return find_data("data/images", "photos (name images or folders)"); }
+Result<std::string> default_labels_path() {
+  return find_data("models/imagenet_classes.txt", "labels (use --labels)");
+}
+Result<std::string> default_images_dir() {
+  return find_data("data/images", "photos (name images or folders)");
+}
 
 }  // namespace gpulab::cli

@@ -88,8 +88,9 @@ void print_graph(const std::string& title, const Graph& graph, int64_t batch) {
     params += p;
     std::string name = node.name;
     if (name.size() > name_width) name = "..." + name.substr(name.size() - (name_width - 3));
-    fmt::print("{:>4}  {:<{}}  {:<22}  {:<18}  {:>10}  {:>10.3f}  {:>9.3f}\n", i, name, name_width, op_label(node),
-               output_shape(graph, node), p, c.flops / 1e6, static_cast<double>(c.bytes()) / 1e6);
+    fmt::print("{:>4}  {:<{}}  {:<22}  {:<18}  {:>10}  {:>10.3f}  {:>9.3f}\n", i, name, name_width,
+               op_label(node), output_shape(graph, node), p, c.flops / 1e6,
+               static_cast<double>(c.bytes()) / 1e6);
   }
   const NodeCost total = graph_cost(graph, batch);
   fmt::print("total: {} params, {:.3f} GFLOP, {:.2f} MB moved\n", params, total.flops / 1e9,
@@ -153,7 +154,8 @@ int run_inspect(const InspectOptions& opt) {
 void add_inspect_command(CLI::App& app) {
   auto opt = std::make_shared<InspectOptions>();
   CLI::App* sub = app.add_subcommand(
-      "inspect", "Show a model's graph before and after the passes, with shapes, parameters, FLOPs and bytes");
+      "inspect",
+      "Show a model's graph before and after the passes, with shapes, parameters, FLOPs and bytes");
   sub->add_option("model", opt->model, "ONNX model file")->required();
   sub->add_flag("--json", opt->json, "Print JSON instead of tables");
   sub->add_flag("--no-passes", opt->no_passes, "Show only the graph as imported");
@@ -169,7 +171,8 @@ namespace gpulab::cli {
 void add_inspect_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("inspect", "Inspect a model (unavailable in this build)");
   on_run(sub, [] {
-    return report(Status::unavailable("inspect: this gpulab was built without the onnx and passes libraries."));
+    return report(
+        Status::unavailable("inspect: this gpulab was built without the onnx and passes libraries."));
   });
 }
 }  // namespace gpulab::cli

@@ -29,22 +29,19 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("gpulab ") + GPULAB_VERSION);
   app.require_subcommand(1);
   app.fallthrough();
-  bool verbose = false, quiet = false;
-  app.add_flag("-v,--verbose", verbose, "Log what each stage does");
-  app.add_flag("-q,--quiet", quiet, "Only print errors");
-  app.parse_complete_callback([&] {
-    set_log_level(verbose ? LogLevel::kDebug : quiet ? LogLevel::kError : LogLevel::kWarning);
-  });
+  // Flag callbacks run as the flags are parsed, before any subcommand's callback.
+  app.add_flag_callback(
+      "-v,--verbose", [] { set_log_level(LogLevel::kDebug); }, "Log what each stage does");
+  app.add_flag_callback(
+      "-q,--quiet", [] { set_log_level(LogLevel::kError); }, "Only print errors");
 
 #ifdef GPULAB_HAVE_DOCTOR
   cli::add_doctor_command(app);
 #endif
   cli::add_classify_command(app);
   cli::add_inspect_command(app);
-#ifdef GPULAB_HAVE_RUNTIME
-  cli::add_build_command(app);
-  cli::add_bench_command(app);
-#endif
+  cli::add_build_command(app);  // without a CUDA build it says so and exits non-zero
+  cli::add_bench_command(app);  // always: without a GPU runtime it says so and exits non-zero
 #ifdef GPULAB_HAVE_TELEMETRY
   cli::add_monitor_command(app);
   cli::add_bandwidth_command(app);

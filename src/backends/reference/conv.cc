@@ -13,7 +13,9 @@
 namespace gpulab::reference {
 namespace {
 
-std::string hw_string(const Hw& v) { return std::to_string(v.h) + "x" + std::to_string(v.w); }
+std::string hw_string(const Hw& v) {
+  return std::to_string(v.h) + "x" + std::to_string(v.w);
+}
 
 // Output extent of a sliding window (floor rounding), or <= 0 when no window fits.
 int64_t conv_out_size(int64_t in, int64_t pad_begin, int64_t pad_end, int64_t kernel, int64_t stride,
@@ -53,16 +55,14 @@ Status run_conv(const Node& node, Inputs inputs, Outputs& outputs, const Referen
   GPULAB_TRY(check_dtype(node, w, DataType::kFloat32, "W"));
   if (x.shape().rank() != 4 || w.shape().rank() != 4) {
     return Status::unsupported(where(node) + ": X " + x.shape().to_string() + " and W " +
-                               w.shape().to_string() +
-                               " must both be rank 4 (2-D convolution over NCHW).");
+                               w.shape().to_string() + " must both be rank 4 (2-D convolution over NCHW).");
   }
   const int64_t batch = x.shape()[0], channels = x.shape()[1], in_h = x.shape()[2], in_w = x.shape()[3];
   const int64_t out_channels = w.shape()[0], group_in = w.shape()[1], k_h = w.shape()[2], k_w = w.shape()[3];
   const int64_t groups = attrs.groups;
   if (groups < 1 || channels % groups != 0 || out_channels % groups != 0 || group_in * groups != channels) {
-    return Status::invalid_argument(where(node) + ": X has " + std::to_string(channels) +
-                                    " channels, W " + w.shape().to_string() + ", groups " +
-                                    std::to_string(groups) +
+    return Status::invalid_argument(where(node) + ": X has " + std::to_string(channels) + " channels, W " +
+                                    w.shape().to_string() + ", groups " + std::to_string(groups) +
                                     "; need channels = W[1] * groups and W[0] divisible by groups.");
   }
   if (attrs.kernel != Hw{1, 1} && attrs.kernel != Hw{k_h, k_w}) {
@@ -74,40 +74,37 @@ Status run_conv(const Node& node, Inputs inputs, Outputs& outputs, const Referen
       std::max({attrs.stride.h, attrs.stride.w, attrs.dilation.h, attrs.dilation.w, attrs.pads.top,
                 attrs.pads.left, attrs.pads.bottom, attrs.pads.right}) > kMaxWindowParam) {
     return Status::invalid_model(where(node) + ": stride " + hw_string(attrs.stride) + ", dilation " +
-                                 hw_string(attrs.dilation) +
-                                 " must be >= 1 and pads >= 0 (all at most " +
+                                 hw_string(attrs.dilation) + " must be >= 1 and pads >= 0 (all at most " +
                                  std::to_string(kMaxWindowParam) + ").");
   }
-  const int64_t out_h = conv_out_size(in_h, attrs.pads.top, attrs.pads.bottom, k_h, attrs.stride.h,
-                                      attrs.dilation.h);
-  const int64_t out_w = conv_out_size(in_w, attrs.pads.left, attrs.pads.right, k_w, attrs.stride.w,
-                                      attrs.dilation.w);
+  const int64_t out_h =
+      conv_out_size(in_h, attrs.pads.top, attrs.pads.bottom, k_h, attrs.stride.h, attrs.dilation.h);
+  const int64_t out_w =
+      conv_out_size(in_w, attrs.pads.left, attrs.pads.right, k_w, attrs.stride.w, attrs.dilation.w);
   if (out_h < 1 || out_w < 1) {
-    return Status::invalid_argument(where(node) + ": the " + std::to_string(k_h) + "x" +
-                                    std::to_string(k_w) + " kernel (dilation " +
-                                    hw_string(attrs.dilation) + ") does not fit the padded " +
-                                    std::to_string(in_h) + "x" + std::to_string(in_w) + " input.");
+    return Status::invalid_argument(where(node) + ": the " + std::to_string(k_h) + "x" + std::to_string(k_w) +
+                                    " kernel (dilation " + hw_string(attrs.dilation) +
+                                    ") does not fit the padded " + std::to_string(in_h) + "x" +
+                                    std::to_string(in_w) + " input.");
   }
   if (has_bias) {
     GPULAB_TRY(check_dtype(node, *inputs[2], DataType::kFloat32, "B"));
     if (inputs[2]->shape() != Shape{out_channels}) {
-      return Status::invalid_argument(where(node) + ": bias has shape " +
-                                      inputs[2]->shape().to_string() + ", expected [" +
-                                      std::to_string(out_channels) + "].");
+      return Status::invalid_argument(where(node) + ": bias has shape " + inputs[2]->shape().to_string() +
+                                      ", expected [" + std::to_string(out_channels) + "].");
     }
   }
   const Shape out_shape{batch, out_channels, out_h, out_w};
   if (residual) {
     GPULAB_TRY(check_dtype(node, *residual, DataType::kFloat32, "residual"));
     if (residual->shape() != out_shape) {
-      return Status::invalid_argument(where(node) + ": residual has shape " +
-                                      residual->shape().to_string() + ", the output is " +
-                                      out_shape.to_string() + ".");
+      return Status::invalid_argument(where(node) + ": residual has shape " + residual->shape().to_string() +
+                                      ", the output is " + out_shape.to_string() + ".");
     }
   }
   if (attrs.activation == Activation::kClip && !(attrs.clip_min <= attrs.clip_max)) {
-    return Status::invalid_model(where(node) + ": clip range [" + std::to_string(attrs.clip_min) +
-                                 ", " + std::to_string(attrs.clip_max) + "] is empty.");
+    return Status::invalid_model(where(node) + ": clip range [" + std::to_string(attrs.clip_min) + ", " +
+                                 std::to_string(attrs.clip_max) + "] is empty.");
   }
 
   Tensor y(DataType::kFloat32, out_shape);

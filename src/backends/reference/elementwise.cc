@@ -70,7 +70,8 @@ Status run_unary(const Node& node, Inputs inputs, Outputs& outputs, const Refere
   std::span<float> out = y.f32();
   switch (node.op) {
     case OpType::kRelu:
-      for (size_t i = 0; i < in.size(); ++i) out[i] = in[i] > 0.0f ? in[i] : (std::isnan(in[i]) ? in[i] : 0.0f);
+      for (size_t i = 0; i < in.size(); ++i)
+        out[i] = in[i] > 0.0f ? in[i] : (std::isnan(in[i]) ? in[i] : 0.0f);
       break;
     case OpType::kClip: {
       GPULAB_ASSIGN_OR_RETURN(ClipAttrs attrs, attrs_or_default<ClipAttrs>(node));
@@ -79,8 +80,8 @@ Status run_unary(const Node& node, Inputs inputs, Outputs& outputs, const Refere
       if (lo) attrs.min = *lo;
       if (hi) attrs.max = *hi;
       if (!(attrs.min <= attrs.max)) {
-        return Status::invalid_model(where(node) + ": min " + std::to_string(attrs.min) +
-                                     " is above max " + std::to_string(attrs.max) + ".");
+        return Status::invalid_model(where(node) + ": min " + std::to_string(attrs.min) + " is above max " +
+                                     std::to_string(attrs.max) + ".");
       }
       for (size_t i = 0; i < in.size(); ++i)
         out[i] = std::isnan(in[i]) ? in[i] : std::clamp(in[i], attrs.min, attrs.max);
@@ -105,8 +106,7 @@ Status run_unary(const Node& node, Inputs inputs, Outputs& outputs, const Refere
         out[i] = static_cast<float>(v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0));
       }
       break;
-    default:
-      return Status::internal(where(node) + ": not a unary op.");
+    default: return Status::internal(where(node) + ": not a unary op.");
   }
   outputs[0] = std::move(y);
   return Status::ok();
@@ -117,8 +117,8 @@ Status run_binary(const Node& node, Inputs inputs, Outputs& outputs, const Refer
   const Tensor& a = *inputs[0];
   const Tensor& b = *inputs[1];
   if (a.dtype() != b.dtype() || (a.dtype() != DataType::kFloat32 && a.dtype() != DataType::kInt64)) {
-    return Status::unsupported(where(node) + ": inputs are " + std::string(dtype_name(a.dtype())) +
-                               " and " + std::string(dtype_name(b.dtype())) +
+    return Status::unsupported(where(node) + ": inputs are " + std::string(dtype_name(a.dtype())) + " and " +
+                               std::string(dtype_name(b.dtype())) +
                                "; the reference backend needs both float32 or both int64.");
   }
   const size_t rank = std::max(a.shape().rank(), b.shape().rank());
@@ -129,9 +129,8 @@ Status run_binary(const Node& node, Inputs inputs, Outputs& outputs, const Refer
     const int64_t db = i < pb ? 1 : b.shape()[i - pb];
     if (da != db && da != 1 && db != 1) {
       return Status::invalid_argument(where(node) + ": shapes " + a.shape().to_string() + " and " +
-                                      b.shape().to_string() + " do not broadcast (dim " +
-                                      std::to_string(i) + ": " + std::to_string(da) + " vs " +
-                                      std::to_string(db) + ").");
+                                      b.shape().to_string() + " do not broadcast (dim " + std::to_string(i) +
+                                      ": " + std::to_string(da) + " vs " + std::to_string(db) + ").");
     }
     dims[i] = da == 1 ? db : da;
   }

@@ -56,11 +56,10 @@ Status run_gemm(const Node& node, Inputs inputs, Outputs& outputs, const Referen
   const int64_t kb = attrs.trans_b ? b.shape()[1] : b.shape()[0];
   const int64_t n = attrs.trans_b ? b.shape()[0] : b.shape()[1];
   if (k != kb) {
-    return Status::invalid_argument(where(node) + ": A " + a.shape().to_string() +
-                                    (attrs.trans_a ? " (transposed)" : "") + " and B " +
-                                    b.shape().to_string() + (attrs.trans_b ? " (transposed)" : "") +
-                                    " disagree on the inner dimension (" + std::to_string(k) + " vs " +
-                                    std::to_string(kb) + ").");
+    return Status::invalid_argument(
+        where(node) + ": A " + a.shape().to_string() + (attrs.trans_a ? " (transposed)" : "") + " and B " +
+        b.shape().to_string() + (attrs.trans_b ? " (transposed)" : "") +
+        " disagree on the inner dimension (" + std::to_string(k) + " vs " + std::to_string(kb) + ").");
   }
   // C broadcasts unidirectionally to [M, N]: right-aligned, each dim 1 or equal.
   int64_t c_row_stride = 0, c_col_stride = 0;
@@ -120,11 +119,10 @@ Status run_matmul(const Node& node, Inputs inputs, Outputs& outputs, const Refer
   const std::vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
   const auto out_batch = broadcast_dims(a_batch, b_batch);
   if (k != kb || !out_batch) {
-    return Status::invalid_argument(where(node) + ": A " + a.shape().to_string() + " and B " +
-                                    b.shape().to_string() +
-                                    " are not compatible for a matrix product (inner dims " +
-                                    std::to_string(k) + " vs " + std::to_string(kb) +
-                                    ", batch dims must broadcast).");
+    return Status::invalid_argument(
+        where(node) + ": A " + a.shape().to_string() + " and B " + b.shape().to_string() +
+        " are not compatible for a matrix product (inner dims " + std::to_string(k) + " vs " +
+        std::to_string(kb) + ", batch dims must broadcast).");
   }
   std::vector<int64_t> out_dims = *out_batch;
   if (!a_vector) out_dims.push_back(m);

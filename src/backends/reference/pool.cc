@@ -40,10 +40,12 @@ Result<PoolGeometry> check_pool(const Node& node, Inputs inputs, const PoolAttrs
       attrs.dilation.h < 1 || attrs.dilation.w < 1 || attrs.pads.top < 0 || attrs.pads.left < 0 ||
       attrs.pads.bottom < 0 || attrs.pads.right < 0 ||
       std::max({attrs.kernel.h, attrs.kernel.w, attrs.stride.h, attrs.stride.w, attrs.dilation.h,
-                attrs.dilation.w, attrs.pads.top, attrs.pads.left, attrs.pads.bottom,
-                attrs.pads.right}) > kMaxWindowParam) {
-    return Status::invalid_model(where(node) + ": kernel, strides and dilations must be >= 1 and "
-                                 "pads >= 0 (all at most " + std::to_string(kMaxWindowParam) + ").");
+                attrs.dilation.w, attrs.pads.top, attrs.pads.left, attrs.pads.bottom, attrs.pads.right}) >
+          kMaxWindowParam) {
+    return Status::invalid_model(where(node) +
+                                 ": kernel, strides and dilations must be >= 1 and "
+                                 "pads >= 0 (all at most " +
+                                 std::to_string(kMaxWindowParam) + ").");
   }
   if (attrs.pads.top >= attrs.kernel.h * attrs.dilation.h ||
       attrs.pads.bottom >= attrs.kernel.h * attrs.dilation.h ||
@@ -61,8 +63,7 @@ Result<PoolGeometry> check_pool(const Node& node, Inputs inputs, const PoolAttrs
   if (g.out_h < 1 || g.out_w < 1) {
     return Status::invalid_argument(where(node) + ": the " + std::to_string(attrs.kernel.h) + "x" +
                                     std::to_string(attrs.kernel.w) +
-                                    " window does not fit the padded input " +
-                                    x.shape().to_string() + ".");
+                                    " window does not fit the padded input " + x.shape().to_string() + ".");
   }
   return g;
 }
@@ -112,8 +113,7 @@ Status run_max_pool(const Node& node, Inputs inputs, Outputs& outputs, const Ref
   return Status::ok();
 }
 
-Status run_average_pool(const Node& node, Inputs inputs, Outputs& outputs,
-                        const ReferenceOptions& options) {
+Status run_average_pool(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options) {
   GPULAB_ASSIGN_OR_RETURN(const PoolAttrs attrs, pool_attrs(node));
   if (attrs.dilation != Hw{1, 1}) {
     return Status::unsupported(where(node) + ": dilated AveragePool is not supported.");

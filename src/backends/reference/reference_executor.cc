@@ -21,8 +21,8 @@ Status check_input_count(const Node& node, Inputs inputs, size_t required, size_
   for (size_t i = 0; i < required; ++i) {
     if (i >= inputs.size() || inputs[i] == nullptr) {
       return Status::invalid_model(where(node) + ": input " + std::to_string(i) + " is missing (" +
-                                   std::to_string(required) + " required, " +
-                                   std::to_string(inputs.size()) + " given). Check the model.");
+                                   std::to_string(required) + " required, " + std::to_string(inputs.size()) +
+                                   " given). Check the model.");
     }
   }
   for (size_t i = required + optional; i < inputs.size(); ++i) {
@@ -45,16 +45,14 @@ Status check_dtype(const Node& node, const Tensor& t, DataType want, std::string
 Status check_rank(const Node& node, const Tensor& t, size_t rank, std::string_view role) {
   if (t.shape().rank() == rank) return Status::ok();
   return Status::invalid_argument(where(node) + ": " + std::string(role) + " has shape " +
-                                  t.shape().to_string() + ", expected rank " + std::to_string(rank) +
-                                  ".");
+                                  t.shape().to_string() + ", expected rank " + std::to_string(rank) + ".");
 }
 
 Result<int64_t> normalize_axis(const Node& node, int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank) {
     return Status::invalid_model(where(node) + ": axis " + std::to_string(axis) +
-                                 " is out of range for rank " + std::to_string(rank) +
-                                 " (allowed [" + std::to_string(-rank) + ", " +
-                                 std::to_string(rank - 1) + "]).");
+                                 " is out of range for rank " + std::to_string(rank) + " (allowed [" +
+                                 std::to_string(-rank) + ", " + std::to_string(rank - 1) + "]).");
   }
   return axis < 0 ? axis + rank : axis;
 }
@@ -64,8 +62,8 @@ void parallel_for(int64_t count, int64_t cost_per_item, const ReferenceOptions& 
   if (count <= 0) return;
   // Below ~64k multiply-adds a thread costs more than it saves.
   constexpr int64_t kMinCostPerThread = 1 << 16;
-  int64_t threads = options.num_threads > 0 ? options.num_threads
-                                            : std::max(1u, std::thread::hardware_concurrency());
+  int64_t threads =
+      options.num_threads > 0 ? options.num_threads : std::max(1u, std::thread::hardware_concurrency());
   threads = std::min({threads, count, std::max<int64_t>(1, count * cost_per_item / kMinCostPerThread)});
   if (threads <= 1) {
     fn(0, count);
@@ -133,8 +131,8 @@ Status run_op(const Node& node, Inputs inputs, Outputs& outputs, const Reference
                                  ": Constant nodes are not executed; the importer turns them into "
                                  "initializers. Load the model through load_onnx.");
   }
-  return Status::unsupported(where(node) + ": op not known to the reference backend. Supported: " +
-                             supported_ops_list() + ".");
+  return Status::unsupported(
+      where(node) + ": op not known to the reference backend. Supported: " + supported_ops_list() + ".");
 }
 
 }  // namespace
@@ -155,10 +153,12 @@ Status run_reference_node(const Node& node, std::span<const Tensor* const> input
   try {
     return run_op(node, inputs, outputs, options);
   } catch (const std::bad_alloc&) {
-    return Status::out_of_memory(where(node) + ": host memory ran out while computing the outputs. "
+    return Status::out_of_memory(where(node) +
+                                 ": host memory ran out while computing the outputs. "
                                  "Use a smaller batch.");
   } catch (const std::length_error&) {
-    return Status::out_of_memory(where(node) + ": an output is too large to allocate. Check the "
+    return Status::out_of_memory(where(node) +
+                                 ": an output is too large to allocate. Check the "
                                  "input shapes.");
   }
 }
@@ -205,8 +205,8 @@ Result<ReferenceRun> ReferenceExecutor::execute(std::span<const Tensor> inputs, 
   try {
     return execute_unguarded(inputs, keep_values);
   } catch (const std::bad_alloc&) {
-    return Status::out_of_memory("reference executor: host memory ran out running graph '" +
-                                 graph_->name + "'. Use a smaller batch" +
+    return Status::out_of_memory("reference executor: host memory ran out running graph '" + graph_->name +
+                                 "'. Use a smaller batch" +
                                  (keep_values ? " or do not keep every intermediate value." : "."));
   }
 }
@@ -245,8 +245,7 @@ Result<ReferenceRun> ReferenceExecutor::execute_unguarded(std::span<const Tensor
     }
     if (!ok) {
       return Status::invalid_argument("reference executor: input '" + name + "' has shape " +
-                                      t.shape().to_string() + ", the graph expects " +
-                                      want.to_string() +
+                                      t.shape().to_string() + ", the graph expects " + want.to_string() +
                                       (batch ? " with batch " + std::to_string(batch) : std::string()) +
                                       ". Pass a tensor of the declared shape.");
     }
@@ -280,16 +279,15 @@ Result<ReferenceRun> ReferenceExecutor::execute_unguarded(std::span<const Tensor
       }
       node_inputs.push_back(t);
     }
-    GPULAB_TRY(run_reference_node(node, node_inputs, node_outputs, options)
-                   .with_context("reference executor"));
+    GPULAB_TRY(
+        run_reference_node(node, node_inputs, node_outputs, options).with_context("reference executor"));
     for (size_t o = 0; o < node.outputs.size(); ++o)
       if (!node.outputs[o].empty()) env[node.outputs[o]] = std::move(node_outputs[o]);
     if (!keep_values) {
       // Free what no later node reads (graph outputs stay).
       for (const std::string& in : node.inputs) {
         auto last = last_reader_.find(in);
-        if (last != last_reader_.end() && last->second == static_cast<int>(n) &&
-            !graph.is_graph_output(in))
+        if (last != last_reader_.end() && last->second == static_cast<int>(n) && !graph.is_graph_output(in))
           env.erase(in);
       }
     }

@@ -61,9 +61,9 @@ Status run_reshape(const Node& node, Inputs inputs, Outputs& outputs, const Refe
       d = options.bound_batch;
     } else if (d == 0 && !attrs.allowzero) {
       if (i >= x.shape().rank()) {
-        return Status::invalid_argument(where(node) + ": target shape " + requested +
-                                        " copies dim " + std::to_string(i) + " (0) of input " +
-                                        x.shape().to_string() + ", which has no such dim.");
+        return Status::invalid_argument(where(node) + ": target shape " + requested + " copies dim " +
+                                        std::to_string(i) + " (0) of input " + x.shape().to_string() +
+                                        ", which has no such dim.");
       }
       d = x.shape()[i];
     } else if (d == -1) {
@@ -81,15 +81,15 @@ Status run_reshape(const Node& node, Inputs inputs, Outputs& outputs, const Refe
   }
   if (infer_at >= 0) {
     if (known == 0 || x.numel() % known != 0) {
-      return Status::invalid_argument(where(node) + ": cannot reshape " + x.shape().to_string() +
-                                      " to " + requested + " (" + std::to_string(x.numel()) +
+      return Status::invalid_argument(where(node) + ": cannot reshape " + x.shape().to_string() + " to " +
+                                      requested + " (" + std::to_string(x.numel()) +
                                       " elements do not divide into " + std::to_string(known) + ").");
     }
     dims[static_cast<size_t>(infer_at)] = x.numel() / known;
   } else if (known != x.numel()) {
-    return Status::invalid_argument(where(node) + ": cannot reshape " + x.shape().to_string() +
-                                    " (" + std::to_string(x.numel()) + " elements) to " + requested +
-                                    " (" + std::to_string(known) + " elements).");
+    return Status::invalid_argument(where(node) + ": cannot reshape " + x.shape().to_string() + " (" +
+                                    std::to_string(x.numel()) + " elements) to " + requested + " (" +
+                                    std::to_string(known) + " elements).");
   }
   GPULAB_ASSIGN_OR_RETURN(outputs[0], with_shape(node, x, Shape(dims)));
   return Status::ok();
@@ -101,8 +101,8 @@ Status run_gather(const Node& node, Inputs inputs, Outputs& outputs) {
   const Tensor& data = *inputs[0];
   const Tensor& indices = *inputs[1];
   if (indices.dtype() != DataType::kInt64 && indices.dtype() != DataType::kInt32) {
-    return Status::unsupported(where(node) + ": indices are " +
-                               std::string(dtype_name(indices.dtype())) + "; expected int64 or int32.");
+    return Status::unsupported(where(node) + ": indices are " + std::string(dtype_name(indices.dtype())) +
+                               "; expected int64 or int32.");
   }
   const int64_t rank = static_cast<int64_t>(data.shape().rank());
   if (rank == 0) return Status::invalid_argument(where(node) + ": data is a scalar; expected rank >= 1.");
@@ -114,8 +114,8 @@ Status run_gather(const Node& node, Inputs inputs, Outputs& outputs) {
                                                     : reinterpret_cast<const int32_t*>(indices.data())[i];
     if (v < -axis_len || v >= axis_len) {
       return Status::invalid_argument(where(node) + ": index " + std::to_string(v) +
-                                      " is out of range for axis " + std::to_string(axis) +
-                                      " of length " + std::to_string(axis_len) + ".");
+                                      " is out of range for axis " + std::to_string(axis) + " of length " +
+                                      std::to_string(axis_len) + ".");
     }
     index_values[i] = v < 0 ? v + axis_len : v;
   }
@@ -132,7 +132,8 @@ Status run_gather(const Node& node, Inputs inputs, Outputs& outputs) {
   std::byte* dst = y.data();
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t idx : index_values) {
-      if (row_bytes) std::memcpy(dst, src + static_cast<size_t>((o * axis_len + idx) * inner) * element, row_bytes);
+      if (row_bytes)
+        std::memcpy(dst, src + static_cast<size_t>((o * axis_len + idx) * inner) * element, row_bytes);
       dst += row_bytes;
     }
   }
@@ -163,7 +164,8 @@ Status run_unsqueeze(const Node& node, Inputs inputs, Outputs& outputs) {
   }
   std::vector<int64_t> dims;
   size_t next = 0;
-  for (int64_t i = 0; i < out_rank; ++i) dims.push_back(inserted[static_cast<size_t>(i)] ? 1 : x.shape()[next++]);
+  for (int64_t i = 0; i < out_rank; ++i)
+    dims.push_back(inserted[static_cast<size_t>(i)] ? 1 : x.shape()[next++]);
   GPULAB_ASSIGN_OR_RETURN(outputs[0], with_shape(node, x, Shape(dims)));
   return Status::ok();
 }
@@ -184,12 +186,10 @@ Status run_concat(const Node& node, Inputs inputs, Outputs& outputs) {
     for (int64_t d = 0; ok && d < rank; ++d)
       ok = d == axis || t.shape()[static_cast<size_t>(d)] == first.shape()[static_cast<size_t>(d)];
     if (!ok) {
-      return Status::invalid_argument(where(node) + ": input " + std::to_string(i) + " (" +
-                                      std::string(dtype_name(t.dtype())) + " " + t.shape().to_string() +
-                                      ") does not match input 0 (" +
-                                      std::string(dtype_name(first.dtype())) + " " +
-                                      first.shape().to_string() + ") outside axis " +
-                                      std::to_string(axis) + ".");
+      return Status::invalid_argument(
+          where(node) + ": input " + std::to_string(i) + " (" + std::string(dtype_name(t.dtype())) + " " +
+          t.shape().to_string() + ") does not match input 0 (" + std::string(dtype_name(first.dtype())) +
+          " " + first.shape().to_string() + ") outside axis " + std::to_string(axis) + ".");
     }
     out_dims[static_cast<size_t>(axis)] += t.shape()[static_cast<size_t>(axis)];
   }

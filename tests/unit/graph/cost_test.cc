@@ -56,8 +56,8 @@ TEST(Cost, FusedEpilogueAddsOneOpPerOutputElement) {
 TEST(Cost, GemmElementwiseAndViews) {
   Graph g = small_net();
   EXPECT_DOUBLE_EQ(node_cost(g, g.nodes[4], 2).flops, 2.0 * 2 * 10 * 32 + 2 * 10);  // Gemm + C
-  EXPECT_DOUBLE_EQ(node_cost(g, g.nodes[1], 1).flops, 32.0 * 112 * 112);             // Relu
-  EXPECT_DOUBLE_EQ(node_cost(g, g.nodes[2], 1).flops, 32.0 * 112 * 112);             // GAP reads all
+  EXPECT_DOUBLE_EQ(node_cost(g, g.nodes[1], 1).flops, 32.0 * 112 * 112);            // Relu
+  EXPECT_DOUBLE_EQ(node_cost(g, g.nodes[2], 1).flops, 32.0 * 112 * 112);            // GAP reads all
   const NodeCost flat = node_cost(g, g.nodes[3], 1);
   EXPECT_EQ(flat.flops, 0);
   EXPECT_EQ(flat.bytes(), 0);  // a view

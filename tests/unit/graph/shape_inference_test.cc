@@ -6,11 +6,13 @@
 namespace gpulab {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::GraphBuilder;
+using ::testing::HasSubstr;
 constexpr int64_t N = Shape::kBatch;
 
-const Shape& shape_of(const Graph& g, const std::string& v) { return g.value(v)->shape; }
+const Shape& shape_of(const Graph& g, const std::string& v) {
+  return g.value(v)->shape;
+}
 
 TEST(ShapeInference, ConvStrideAndPadsKeepSymbolicBatch) {
   Graph g = GraphBuilder()

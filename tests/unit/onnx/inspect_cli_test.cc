@@ -14,23 +14,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
-
-CliRun run_gpulab(const std::string& args) {
-  CliRun r;
-  const std::string cmd = "'" + gpulab::testing::gpulab_exe().string() + "' " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using gpulab::testing::CliRun;
+using gpulab::testing::run_gpulab;
 
 TEST(InspectCli, MobileNetV2Json) {
   if (!fs::exists(gpulab::testing::gpulab_exe())) GTEST_SKIP() << "gpulab executable not built";
@@ -51,7 +36,8 @@ TEST(InspectCli, MobileNetV2Json) {
   EXPECT_EQ(j["optimized"]["node_count"], 55);
   // Fusion moves fewer bytes but does the same arithmetic and keeps every weight.
   EXPECT_EQ(j["imported"]["totals"]["params"], j["optimized"]["totals"]["params"]);
-  EXPECT_LT(j["optimized"]["totals"]["bytes"].get<int64_t>(), j["imported"]["totals"]["bytes"].get<int64_t>());
+  EXPECT_LT(j["optimized"]["totals"]["bytes"].get<int64_t>(),
+            j["imported"]["totals"]["bytes"].get<int64_t>());
   const double gflop = j["optimized"]["totals"]["gflop"].get<double>();
   EXPECT_GT(gflop, 1.1);  // about 0.6 GFLOP per image (300 M multiply-adds), times 2 images
   EXPECT_LT(gflop, 1.4);

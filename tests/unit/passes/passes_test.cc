@@ -10,9 +10,9 @@
 namespace gpulab {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::count_ops;
 using testing::GraphBuilder;
+using ::testing::HasSubstr;
 constexpr int64_t N = Shape::kBatch;
 
 // --- drop_identity --------------------------------------------------------------------------------
@@ -158,19 +158,20 @@ TEST(FoldBatchnorm, ConvBnBecomesOneConvWithSameOutput) {
 }
 
 TEST(FoldBatchnorm, StandaloneBnAndSharedConvOutputStay) {
-  Graph g = GraphBuilder()
-                .input("x", Shape{N, 2, 3, 3})
-                .weight("w", Shape{2, 2, 1, 1})
-                .weight("s", Shape{2})
-                .weight("b", Shape{2})
-                .weight("m", Shape{2})
-                .weight("v", Shape{2})
-                .node(OpType::kBatchNormalization, "bn_alone", {"x", "s", "b", "m", "v"}, {"a"}, BatchNormAttrs{})
-                .node(OpType::kConv, "conv", {"a", "w"}, {"c"}, testing::conv_attrs(1))
-                .node(OpType::kBatchNormalization, "bn_shared", {"c", "s", "b", "m", "v"}, {"d"}, BatchNormAttrs{})
-                .node(OpType::kAdd, "add", {"c", "d"}, {"y"})
-                .output("y")
-                .build();
+  Graph g =
+      GraphBuilder()
+          .input("x", Shape{N, 2, 3, 3})
+          .weight("w", Shape{2, 2, 1, 1})
+          .weight("s", Shape{2})
+          .weight("b", Shape{2})
+          .weight("m", Shape{2})
+          .weight("v", Shape{2})
+          .node(OpType::kBatchNormalization, "bn_alone", {"x", "s", "b", "m", "v"}, {"a"}, BatchNormAttrs{})
+          .node(OpType::kConv, "conv", {"a", "w"}, {"c"}, testing::conv_attrs(1))
+          .node(OpType::kBatchNormalization, "bn_shared", {"c", "s", "b", "m", "v"}, {"d"}, BatchNormAttrs{})
+          .node(OpType::kAdd, "add", {"c", "d"}, {"y"})
+          .output("y")
+          .build();
   ASSERT_TRUE(g.infer_shapes().is_ok());
   ASSERT_TRUE(fold_batchnorm(g).is_ok());
   EXPECT_EQ(count_ops(g, OpType::kBatchNormalization), 2);
@@ -323,14 +324,19 @@ TEST(RunPasses, ResNetBasicBlockAndHead) {
   b.input("x", Shape{N, 4, 8, 8}).weight("w1", Shape{4, 4, 3, 3}).weight("w2", Shape{4, 4, 3, 3});
   for (const char* p : {"bn1", "bn2"}) {
     const std::string s(p);
-    b.weight(s + ".s", Shape{4}).weight(s + ".b", Shape{4}).weight(s + ".m", Shape{4}).weight(s + ".v", Shape{4});
+    b.weight(s + ".s", Shape{4})
+        .weight(s + ".b", Shape{4})
+        .weight(s + ".m", Shape{4})
+        .weight(s + ".v", Shape{4});
   }
   b.weight("fc.w", Shape{3, 4}).weight("fc.b", Shape{3});
   b.node(OpType::kConv, "conv1", {"x", "w1"}, {"c1"}, testing::conv_attrs(3, 1, 1))
-      .node(OpType::kBatchNormalization, "bn1", {"c1", "bn1.s", "bn1.b", "bn1.m", "bn1.v"}, {"n1"}, BatchNormAttrs{})
+      .node(OpType::kBatchNormalization, "bn1", {"c1", "bn1.s", "bn1.b", "bn1.m", "bn1.v"}, {"n1"},
+            BatchNormAttrs{})
       .node(OpType::kRelu, "relu1", {"n1"}, {"r1"})
       .node(OpType::kConv, "conv2", {"r1", "w2"}, {"c2"}, testing::conv_attrs(3, 1, 1))
-      .node(OpType::kBatchNormalization, "bn2", {"c2", "bn2.s", "bn2.b", "bn2.m", "bn2.v"}, {"n2"}, BatchNormAttrs{})
+      .node(OpType::kBatchNormalization, "bn2", {"c2", "bn2.s", "bn2.b", "bn2.m", "bn2.v"}, {"n2"},
+            BatchNormAttrs{})
       .node(OpType::kAdd, "add", {"n2", "x"}, {"s"})
       .node(OpType::kRelu, "relu2", {"s"}, {"r2"})
       .node(OpType::kGlobalAveragePool, "gap", {"r2"}, {"p"})

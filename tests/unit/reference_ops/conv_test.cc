@@ -42,8 +42,9 @@ std::vector<float> naive_conv(const Tensor& x, const Tensor& w, const Tensor* b,
             for (int64_t i = 0; i < kh; ++i)
               for (int64_t j = 0; j < kw; ++j)
                 s += static_cast<double>(w.f32()[static_cast<size_t>(((m * cg + c) * kh + i) * kw + j)]) *
-                     padded[static_cast<size_t>(((n * c_ + first_channel + c) * ph + oh * a.stride.h +
-                                                 i * a.dilation.h) * pw + ow * a.stride.w + j * a.dilation.w)];
+                     padded[static_cast<size_t>(
+                         ((n * c_ + first_channel + c) * ph + oh * a.stride.h + i * a.dilation.h) * pw +
+                         ow * a.stride.w + j * a.dilation.w)];
           y.push_back(static_cast<float>(s));
         }
   return y;
@@ -84,7 +85,9 @@ TEST(ReferenceConv, StrideTwoWithBiasByHand) {
 }
 
 // ctest names the discovered tests after the label ("...MatchesNaiveFormula/grouped").
-void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.label; }
+void PrintTo(const ConvCase& c, std::ostream* os) {
+  *os << c.label;
+}
 
 class ReferenceConvRandom : public ::testing::TestWithParam<ConvCase> {};
 
@@ -118,8 +121,18 @@ INSTANTIATE_TEST_SUITE_P(
         ConvCase{"depthwise_multiplier2", 1, 4, 6, 6, 8, 4, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},
         ConvCase{"dilation2", 1, 2, 9, 8, 3, 1, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}, true},
         ConvCase{"asymmetric_pads", 1, 2, 6, 7, 3, 1, {3, 2}, {2, 1}, {1, 1}, {0, 1, 2, 0}, true},
-        ConvCase{"nonsquare_kernel_dilation2x1_stride1x3", 1, 3, 8, 10, 2, 1, {2, 3}, {1, 3}, {2, 1},
-                 {1, 0, 0, 2}, false},
+        ConvCase{"nonsquare_kernel_dilation2x1_stride1x3",
+                 1,
+                 3,
+                 8,
+                 10,
+                 2,
+                 1,
+                 {2, 3},
+                 {1, 3},
+                 {2, 1},
+                 {1, 0, 0, 2},
+                 false},
         ConvCase{"projection_1x1_stride2", 3, 4, 6, 6, 6, 1, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, true}));
 
 TEST(ReferenceConv, FusedResidualAndRelu) {
@@ -212,7 +225,8 @@ TEST(ReferenceConv, BadShapesAreErrors) {
 
   ConvAttrs huge_pads = attrs;  // would overflow index arithmetic
   huge_pads.pads = {int64_t{1} << 40, 0, int64_t{1} << 40, 0};
-  EXPECT_EQ(run_op(make_node(OpType::kConv, huge_pads, 2), {&x, &w}).status().code(), StatusCode::kInvalidModel);
+  EXPECT_EQ(run_op(make_node(OpType::kConv, huge_pads, 2), {&x, &w}).status().code(),
+            StatusCode::kInvalidModel);
 
   ConvAttrs wrong_kernel = attrs;
   wrong_kernel.kernel = {5, 5};

@@ -137,8 +137,9 @@ TEST(ReferenceSoftmax, RowsByHand) {
   auto y = run_op(make_node(OpType::kSoftmax, axis), {&x});
   ASSERT_TRUE(y.is_ok()) << y.status().to_string();
   const double s = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
-  EXPECT_TRUE(all_near(*y, {static_cast<float>(std::exp(1.0) / s), static_cast<float>(std::exp(2.0) / s),
-                            static_cast<float>(std::exp(3.0) / s), 1.0f / 3, 1.0f / 3, 1.0f / 3},
+  EXPECT_TRUE(all_near(*y,
+                       {static_cast<float>(std::exp(1.0) / s), static_cast<float>(std::exp(2.0) / s),
+                        static_cast<float>(std::exp(3.0) / s), 1.0f / 3, 1.0f / 3, 1.0f / 3},
                        1e-7));
   // No attributes: ONNX's default axis -1, the same here.
   auto d = run_op(make_node(OpType::kSoftmax), {&x});

@@ -7,7 +7,8 @@
 namespace gpulab::testing {
 namespace {
 
-Node node(std::string name, OpType op, std::vector<std::string> inputs, std::string output, NodeAttrs attrs = {}) {
+Node node(std::string name, OpType op, std::vector<std::string> inputs, std::string output,
+          NodeAttrs attrs = {}) {
   Node n;
   n.name = std::move(name);
   n.op = op;
@@ -107,8 +108,9 @@ TEST(ReferenceExecutor, KeepsIntermediatesWhenAsked) {
     EXPECT_EQ(run->values.count(name), 1u) << name;
   EXPECT_EQ(run->values.at("c").shape(), (Shape{2, 3, 4, 4}));
   for (float v : run->values.at("r").f32()) EXPECT_GE(v, 0.0f);
-  EXPECT_EQ(std::vector<int64_t>(run->values.at("target").i64().begin(), run->values.at("target").i64().end()),
-            (std::vector<int64_t>{2, -1}));
+  EXPECT_EQ(
+      std::vector<int64_t>(run->values.at("target").i64().begin(), run->values.at("target").i64().end()),
+      (std::vector<int64_t>{2, -1}));
 }
 
 TEST(ReferenceExecutor, BadInputsAreErrors) {

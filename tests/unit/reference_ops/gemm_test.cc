@@ -110,7 +110,8 @@ TEST(ReferenceMatMul, BadShapesAreErrors) {
   const Tensor a = floats({2, 3}, kA);
   const Tensor b_batch = floats({2, 3, 2}, std::vector<float>(12, 1.0f));
   const Tensor a_batch = floats({3, 2, 3}, std::vector<float>(18, 1.0f));
-  EXPECT_EQ(run_op(make_node(OpType::kMatMul, {}, 2), {&a, &a}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(run_op(make_node(OpType::kMatMul, {}, 2), {&a, &a}).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(run_op(make_node(OpType::kMatMul, {}, 2), {&a_batch, &b_batch}).status().code(),
             StatusCode::kInvalidArgument);  // batch 3 vs 2
   EXPECT_FALSE(run_op(make_node(OpType::kMatMul, {}, 1), {&a}).is_ok());

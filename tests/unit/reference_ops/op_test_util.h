@@ -50,7 +50,9 @@ inline Tensor random_tensor(Shape shape, uint32_t seed) {
   return t;
 }
 
-inline std::vector<float> values_of(const Tensor& t) { return {t.f32().begin(), t.f32().end()}; }
+inline std::vector<float> values_of(const Tensor& t) {
+  return {t.f32().begin(), t.f32().end()};
+}
 
 // Element-wise |a - b| <= tol, with the first mismatch named.
 inline ::testing::AssertionResult all_near(const Tensor& actual, const std::vector<float>& expected,
@@ -61,7 +63,8 @@ inline ::testing::AssertionResult all_near(const Tensor& actual, const std::vect
     return ::testing::AssertionFailure() << "size " << a.size() << " vs expected " << expected.size();
   for (size_t i = 0; i < a.size(); ++i) {
     if (!(std::abs(static_cast<double>(a[i]) - expected[i]) <= tol))
-      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs expected " << expected[i];
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << a[i] << " vs expected " << expected[i];
   }
   return ::testing::AssertionSuccess();
 }

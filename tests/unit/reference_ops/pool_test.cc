@@ -100,11 +100,11 @@ TEST(ReferenceAveragePool, CeilModeWithPadsLikePyTorch) {
   EXPECT_TRUE(all_near(*excl, std::vector<float>(25, 1.0f)));
   auto incl = run_op(make_node(OpType::kAveragePool, pool({3, 3}, {2, 2}, {1, 1, 1, 1}, true, true)), {&x});
   ASSERT_TRUE(incl.is_ok()) << incl.status().to_string();
-  EXPECT_NEAR(incl->f32()[0], 4.0 / 9, 1e-6);       // corner: 2x2 real of 3x3
-  EXPECT_NEAR(incl->f32()[2], 6.0 / 9, 1e-6);       // top edge
-  EXPECT_NEAR(incl->f32()[6], 1.0, 1e-6);           // interior
-  EXPECT_NEAR(incl->f32()[4], 2.0 / 6, 1e-6);       // right edge: 3 rows x 2 cols counted, 2 real
-  EXPECT_NEAR(incl->f32()[24], 1.0 / 4, 1e-6);      // bottom-right: 2x2 counted, 1 real
+  EXPECT_NEAR(incl->f32()[0], 4.0 / 9, 1e-6);   // corner: 2x2 real of 3x3
+  EXPECT_NEAR(incl->f32()[2], 6.0 / 9, 1e-6);   // top edge
+  EXPECT_NEAR(incl->f32()[6], 1.0, 1e-6);       // interior
+  EXPECT_NEAR(incl->f32()[4], 2.0 / 6, 1e-6);   // right edge: 3 rows x 2 cols counted, 2 real
+  EXPECT_NEAR(incl->f32()[24], 1.0 / 4, 1e-6);  // bottom-right: 2x2 counted, 1 real
 }
 
 TEST(ReferenceAveragePool, AveragesValues) {

@@ -6,7 +6,9 @@
 namespace gpulab::testing {
 namespace {
 
-std::vector<int64_t> ints(const Tensor& t) { return {t.i64().begin(), t.i64().end()}; }
+std::vector<int64_t> ints(const Tensor& t) {
+  return {t.i64().begin(), t.i64().end()};
+}
 
 std::vector<float> iota(size_t n) {
   std::vector<float> v(n);
@@ -21,7 +23,9 @@ TEST(ReferenceShapeOps, IdentityAndDropoutCopy) {
   EXPECT_EQ(id->shape(), x.shape());
   EXPECT_TRUE(all_near(*id, {1, 2, 3, 4}, 0));
   std::vector<Tensor> outputs;
-  ASSERT_TRUE(run_reference_node(make_node(OpType::kDropout, {}, 1, 2), std::vector<const Tensor*>{&x}, outputs).is_ok());
+  ASSERT_TRUE(
+      run_reference_node(make_node(OpType::kDropout, {}, 1, 2), std::vector<const Tensor*>{&x}, outputs)
+          .is_ok());
   EXPECT_TRUE(all_near(outputs[0], {1, 2, 3, 4}, 0));
   ASSERT_EQ(outputs[1].dtype(), DataType::kBool);
   EXPECT_EQ(outputs[1].shape(), x.shape());
@@ -145,7 +149,8 @@ TEST(ReferenceShapeOps, ConcatChannels) {
   EXPECT_EQ(y->shape(), (Shape{2, 3, 2}));
   EXPECT_TRUE(all_near(*y, {1, 2, 10, 11, 12, 13, 3, 4, 14, 15, 16, 17}, 0));
   axis.axis = 2;
-  EXPECT_EQ(run_op(make_node(OpType::kConcat, axis, 2), {&a, &b}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(run_op(make_node(OpType::kConcat, axis, 2), {&a, &b}).status().code(),
+            StatusCode::kInvalidArgument);
   const Tensor ints_t = int64s({2, 1, 2}, {1, 2, 3, 4});
   axis.axis = 1;
   EXPECT_FALSE(run_op(make_node(OpType::kConcat, axis, 2), {&a, &ints_t}).is_ok());

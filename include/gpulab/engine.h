@@ -1,0 +1,137 @@
+// gpulab/engine.h: build or load an optimized plan for an image classifier and run it on the GPU.
+//
+//   auto engine = gpulab::Engine::build_from_onnx("resnet18.onnx", {.precision = Precision::kFp16,
+//                                                                   .max_batch = 64});
+//   GPULAB_TRY(engine.value()->save("resnet18.plan"));
+//   auto context = engine.value()->create_context();
+//   GPULAB_TRY(context.value()->enqueue({.input_nchw = d_in, .batch = 8, .logits = d_out}, stream));
+//
+// Model: one float input [N, C, H, W] (NCHW, already normalized) and one output [N, classes].
+// Engine: the immutable, shareable part (weights on the device, chosen tactics). Thread-safe.
+// ExecutionContext: per stream; owns its activation arena, cuDNN/cuBLASLt handles and CUDA graphs.
+// One context must not be used by two threads at once; several contexts may run concurrently.
+//
+// This header needs no CUDA headers: cudaStream_t is declared as the CUDA runtime declares it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpulab/status.h"
+#include "gpulab/tensor.h"
+
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+namespace gpulab {
+
+// Arithmetic of a plan or a layer. FP32 keeps TF32 off; FP16/BF16 accumulate in FP32.
+enum class Precision : uint8_t { kFp32 = 0, kTf32 = 1, kFp16 = 2, kBf16 = 3 };
+std::string_view precision_name(Precision precision);  // "fp32", "tf32", "fp16", "bf16"
+Result<Precision> parse_precision(std::string_view name);
+// Element type activations and weights are stored in: float32 for FP32/TF32.
+DataType storage_dtype(Precision precision);
+
+struct BuildOptions {
+  Precision precision = Precision::kFp16;
+  int64_t max_batch = 32;         // contexts accept batches 1..max_batch
+  std::string timing_cache_path;  // read before and written after tactic timing; "" = none
+  bool time_tactics = true;       // false: take cuDNN's heuristic first choice (fast builds)
+  // Per-layer override by node name (e.g. {"conv1", kFp32}); only FP32 overrides of
+  // convolutions are honoured in a lower-precision plan.
+  std::map<std::string, Precision> layer_precision;
+  int device = 0;  // CUDA device ordinal
+};
+
+// One step of a plan, for reports (inspect, bench --profile).
+struct LayerInfo {
+  std::string name;    // node name
+  std::string kind;    // "conv", "gemm", "maxpool", "input", ...
+  std::string tactic;  // "cudnn:<engine>" / "direct" / "cublaslt" / "kernel"
+  Precision precision;
+  double flops_per_image = 0;
+  int64_t bytes_per_image = 0;  // activations read and written at storage dtype, per image
+  int64_t param_bytes = 0;      // weights read once per batch
+};
+
+struct EngineInfo {
+  std::string gpu_name;
+  int compute_capability = 0;  // 90 for sm_90
+  Precision precision = Precision::kFp32;
+  int64_t max_batch = 0;
+  Shape input_shape;  // [N, C, H, W] with N = Shape::kBatch
+  int64_t num_classes = 0;
+  int64_t weights_bytes = 0;    // device memory shared by all contexts
+  int64_t arena_bytes = 0;      // activation arena of one context (at max_batch)
+  int64_t workspace_bytes = 0;  // cuDNN/cuBLASLt workspace of one context
+  std::vector<LayerInfo> layers;
+  std::map<std::string, std::string> metadata;  // the model's ONNX metadata_props (preprocess.*)
+};
+
+// Input and output of one inference. Both pointers are device memory.
+struct EnqueueArgs {
+  const float* input_nchw = nullptr;  // [batch, C, H, W] float32
+  int64_t batch = 1;                  // 1..max_batch
+  float* logits = nullptr;            // [batch, num_classes] float32
+  bool use_cuda_graph = true;         // capture per batch size on first use, replay afterwards
+};
+
+class ExecutionContext;
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  virtual ~Engine() = default;
+
+  // load_onnx + run_passes + plan build (with tactic timing on the current GPU). May take
+  // seconds; allocates device memory.
+  static Result<std::shared_ptr<Engine>> build_from_onnx(const std::string& onnx_path,
+                                                         const BuildOptions& options);
+  // Reads and validates a plan file: refused (kInvalidFile / kUnsupported) when truncated,
+  // corrupt, or built for another GPU architecture or library version.
+  static Result<std::shared_ptr<Engine>> load(const std::string& plan_path, int device = 0);
+
+  // Writes the plan (crash-safe: temporary file, then rename).
+  virtual Status save(const std::string& plan_path) const = 0;
+  virtual const EngineInfo& info() const = 0;
+  // A new context with its own arena and workspace (allocates device memory).
+  virtual Result<std::unique_ptr<ExecutionContext>> create_context() = 0;
+};
+
+// Time of one step measured by ExecutionContext::profile (eager, events between steps).
+struct LayerTime {
+  std::string name;
+  double gpu_ms = 0;  // median over the iterations
+};
+
+class ExecutionContext {
+ public:
+  virtual ~ExecutionContext() = default;
+
+  // Queues one inference on `stream`. Never allocates device memory and never synchronizes
+  // after the first call for a given batch size (which prepares cuDNN plans for that batch
+  // and, with use_cuda_graph, captures a CUDA graph).
+  virtual Status enqueue(const EnqueueArgs& args, cudaStream_t stream) = 0;
+
+  // Convenience: host float NCHW [batch, C, H, W] in, host float logits [batch, classes] out.
+  // Copies, runs on the context's own stream and synchronizes.
+  virtual Result<Tensor> run(const Tensor& input_nchw, bool use_cuda_graph = true) = 0;
+
+  // Per-step GPU time (eager mode, events between steps), median of `iterations` runs on
+  // random inputs. Synchronizes.
+  virtual Result<std::vector<LayerTime>> profile(int64_t batch, int iterations) = 0;
+};
+
+// Whether a CUDA device is usable; on false, `reason` says why (no driver, no device, ...).
+bool cuda_device_available(std::string* reason = nullptr);
+
+// For `classify --device cuda`: loads `plan_path` when it is not empty, else builds from
+// `model_path` with `options`.
+Result<std::shared_ptr<Engine>> build_or_load_engine(const std::string& plan_path,
+                                                     const std::string& model_path,
+                                                     const BuildOptions& options);
+
+}  // namespace gpulab

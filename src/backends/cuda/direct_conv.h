@@ -1,0 +1,28 @@
+// The fallback convolution: a direct NHWC convolution with the fused epilogue of ConvAttrs,
+// used when cuDNN offers no engine for a layer (and in tests as a second opinion). Slow but
+// general: any kernel size, stride, padding, dilation and group count.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpulab/status.h"
+#include "gpulab/tensor.h"
+#include "graph/graph.h"
+
+namespace gpulab::cuda {
+
+struct DirectConvDesc {
+  int64_t n = 0, c = 0, h = 0, w = 0;   // input NHWC, c = channels per pixel (all groups)
+  int64_t k = 0, out_h = 0, out_w = 0;  // output NHWC [n, out_h, out_w, k]
+  ConvAttrs attrs;                      // kernel, stride, pads, dilation, groups, epilogue
+  DataType dtype = DataType::kFloat32;  // x, w, bias, residual and y
+};
+
+// x [n,h,w,c]; weight [k, r, s, c/groups]; bias [k] or null; residual [n,out_h,out_w,k] or null
+// (used when attrs.has_residual); y [n,out_h,out_w,k]. FP32 accumulation. Never allocates.
+Status launch_direct_conv(const DirectConvDesc& desc, const void* x, const void* weight, const void* bias,
+                          const void* residual, void* y, cudaStream_t stream);
+
+}  // namespace gpulab::cuda

@@ -1,0 +1,10 @@
+# gpulab's own CUDA kernels (owned by the kernels area). src/backends/cuda/CMakeLists.txt
+# include()s this file and adds ${GPULAB_CUDA_KERNEL_SOURCES} to the gpulab::cuda library.
+# kernel_desc.cc is plain C++ (descriptor validation), also compiled into the CPU-only unit test.
+set(GPULAB_CUDA_KERNEL_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/kernel_desc.cc
+  ${CMAKE_CURRENT_LIST_DIR}/convert.cu
+  ${CMAKE_CURRENT_LIST_DIR}/pool.cu
+  ${CMAKE_CURRENT_LIST_DIR}/elementwise.cu
+  ${CMAKE_CURRENT_LIST_DIR}/softmax_topk.cu
+  ${CMAKE_CURRENT_LIST_DIR}/linear.cu)

@@ -1,0 +1,410 @@
+#include "plan/lower.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "gpulab/version.h"
+#include "graph/cost.h"
+
+namespace gpulab {
+
+namespace {
+uint16_t float_to_half_bits(float f) {
+  // IEEE binary16, round to nearest even, with subnormals, inf and NaN.
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t exp = (x >> 23) & 0xffu;
+  uint32_t mant = x & 0x7fffffu;
+  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
+  int32_t e = static_cast<int32_t>(exp) - 127 + 15;
+  if (e >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    const uint32_t shift = static_cast<uint32_t>(14 - e);
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1u);
+    const uint32_t mid = 1u << (shift - 1u);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // may carry into the exponent: correct
+  return static_cast<uint16_t>(half);
+}
+
+uint16_t float_to_bf16_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  const uint32_t lsb = (x >> 16) & 1u;
+  x += 0x7fffu + lsb;
+  return static_cast<uint16_t>(x >> 16);
+}
+}  // namespace
+
+std::vector<std::byte> convert_floats(std::span<const float> values, DataType dtype) {
+  std::vector<std::byte> out(values.size() * dtype_size(dtype));
+  if (dtype == DataType::kFloat32) {
+    if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
+    return out;
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t bits =
+        dtype == DataType::kFloat16 ? float_to_half_bits(values[i]) : float_to_bf16_bits(values[i]);
+    std::memcpy(out.data() + 2 * i, &bits, 2);
+  }
+  return out;
+}
+
+int64_t padded_input_channels(int64_t channels, Precision precision) {
+  const int64_t multiple = storage_dtype(precision) == DataType::kFloat32 ? 4 : 8;
+  if (channels >= 8) return channels;
+  return (channels + multiple - 1) / multiple * multiple;
+}
+
+namespace {
+
+struct Lowering {
+  Lowering(const Graph& g, const BuildOptions& o) : graph(g), options(o), dtype(storage_dtype(o.precision)) {}
+  const Graph& graph;
+  const BuildOptions& options;
+  Plan plan;
+  std::map<std::string, int> value_of;  // graph value name -> plan value index
+  DataType dtype;
+
+  Status unsupported(const Node& node, const std::string& what) {
+    return Status::unsupported(
+        fmt::format("plan: node '{}' ({}): {}. Run it with --device cpu, or re-export the "
+                    "model without it.",
+                    node.name, op_name(node.op), what));
+  }
+
+  Result<int> input_value(const Node& node, size_t i) {
+    auto it = value_of.find(node.input(i));
+    if (it == value_of.end())
+      return unsupported(node, fmt::format("input '{}' is not an activation", node.input(i)));
+    return it->second;
+  }
+
+  // A new NHWC value for the graph value `name` (shape [N, C, H, W] or [N, C]).
+  Result<int> add_value(const Node& node, const std::string& name) {
+    const ValueInfo* info = graph.value(name);
+    if (!info) return unsupported(node, "output '" + name + "' has no inferred shape");
+    const auto& d = info->shape.dims;
+    PlanValue v;
+    v.name = name;
+    v.dtype = dtype;
+    if (d.size() == 4) {
+      v.c = v.c_valid = d[1];
+      v.h = d[2];
+      v.w = d[3];
+    } else if (d.size() == 2) {
+      v.c = v.c_valid = d[1];
+    } else {
+      return unsupported(
+          node, fmt::format("output '{}' has shape {}; only [N,C,H,W] and [N,C] run on the GPU", name,
+                            info->shape.to_string()));
+    }
+    if (v.c < 1 || v.h < 1 || v.w < 1) return unsupported(node, "output shape " + info->shape.to_string());
+    plan.values.push_back(v);
+    const int index = static_cast<int>(plan.values.size()) - 1;
+    value_of[name] = index;
+    return index;
+  }
+
+  int add_weight(std::string name, Shape shape, std::span<const float> values) {
+    return add_weight(std::move(name), std::move(shape), values, dtype);
+  }
+  int add_weight(std::string name, Shape shape, std::span<const float> values, DataType type) {
+    plan.weights.push_back(PlanWeight{std::move(name), type, std::move(shape), convert_floats(values, type)});
+    return static_cast<int>(plan.weights.size()) - 1;
+  }
+
+  // The precision of a layer: its --layer-precision override, else the plan's.
+  Precision layer_precision(const Node& node) const {
+    auto it = options.layer_precision.find(node.name);
+    return it == options.layer_precision.end() ? options.precision : it->second;
+  }
+
+  // A copy of value `v` converted to `type` (a kCast step), or `v` itself when it has that type.
+  int cast_value(const Node& node, int v, DataType type, const std::string& suffix) {
+    if (plan.values[v].dtype == type) return v;
+    PlanValue copy = plan.values[v];
+    copy.name = copy.name + suffix;
+    copy.dtype = type;
+    plan.values.push_back(copy);
+    const int out = static_cast<int>(plan.values.size()) - 1;
+    PlanStep st;
+    st.kind = StepKind::kCast;
+    st.name = node.name + suffix;
+    st.inputs = {v};
+    st.output = out;
+    st.precision = options.precision;
+    plan.steps.push_back(std::move(st));
+    return out;
+  }
+
+  PlanStep step(StepKind kind, const Node& node) {
+    PlanStep s;
+    s.kind = kind;
+    s.name = node.name;
+    s.precision = options.precision;
+    s.flops_per_image = node_cost(graph, node, 1).flops;
+    return s;
+  }
+
+  Status lower_conv(const Node& node) {
+    GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+    const Tensor* w = graph.initializer(node.input(1));
+    if (!w || w->dtype() != DataType::kFloat32 || w->shape().rank() != 4)
+      return unsupported(node, "the weight is not a constant float [K, C/groups, R, S] tensor");
+    const auto& attrs = node.attr<ConvAttrs>();
+    const int64_t k = w->shape()[0], cg = w->shape()[1], r = w->shape()[2], s = w->shape()[3];
+    const PlanValue xin = plan.values[x];
+    if (attrs.groups < 1 || cg * attrs.groups != xin.c_valid)
+      return unsupported(node, fmt::format("weight {} does not match {} input channels in {} groups",
+                                           w->shape().to_string(), xin.c_valid, attrs.groups));
+    if (attrs.groups > 1 && xin.c != xin.c_valid)
+      return unsupported(node, "a grouped convolution on a channel-padded input");
+    const int64_t c_stored = attrs.groups == 1 ? xin.c : cg;  // per-group channels in the weight
+    std::vector<float> krsc(static_cast<size_t>(k * r * s * c_stored), 0.0f);
+    const auto src = w->f32();
+    for (int64_t ko = 0; ko < k; ++ko)
+      for (int64_t ci = 0; ci < cg; ++ci)
+        for (int64_t ri = 0; ri < r; ++ri)
+          for (int64_t si = 0; si < s; ++si)
+            krsc[((ko * r + ri) * s + si) * c_stored + ci] = src[((ko * cg + ci) * r + ri) * s + si];
+    // A per-layer override to FP32/TF32 in an FP16/BF16 plan runs the layer on float32 copies
+    // of its inputs (kCast steps) and casts its output back.
+    const Precision precision = layer_precision(node);
+    const DataType layer_dtype = storage_dtype(precision);
+    if (layer_dtype != dtype && layer_dtype != DataType::kFloat32)
+      return unsupported(
+          node, fmt::format("--layer-precision {} in a {} plan; only fp32/tf32 overrides are supported",
+                            precision_name(precision), precision_name(options.precision)));
+    PlanStep st = step(StepKind::kConv, node);
+    st.precision = precision;
+    st.conv = attrs;
+    st.inputs = {cast_value(node, x, layer_dtype, ".in_" + std::string(precision_name(precision)))};
+    st.weight = add_weight(node.input(1), Shape{k, r, s, c_stored}, krsc, layer_dtype);
+    if (node.has_input(2)) {
+      const Tensor* b = graph.initializer(node.input(2));
+      if (!b || b->dtype() != DataType::kFloat32 || b->numel() != k)
+        return unsupported(node, "the bias is not a constant float tensor of K values");
+      st.bias = add_weight(node.input(2), Shape{k}, b->f32(), layer_dtype);
+    }
+    if (attrs.has_residual) {
+      GPULAB_ASSIGN_OR_RETURN(int res, input_value(node, 3));
+      st.inputs.push_back(
+          cast_value(node, res, layer_dtype, ".res_" + std::string(precision_name(precision))));
+    }
+    GPULAB_ASSIGN_OR_RETURN(int y_index, add_value(node, node.outputs[0]));
+    const PlanValue y = plan.values[y_index];
+    if (y.c != k) return unsupported(node, fmt::format("output has {} channels, weight {}", y.c, k));
+    if (attrs.has_residual) {
+      const auto& rv = plan.values[st.inputs[1]];
+      if (rv.h != y.h || rv.w != y.w || rv.c != y.c)
+        return unsupported(node, "residual shape differs from output");
+    }
+    if (layer_dtype == dtype) {
+      st.output = y_index;
+      plan.steps.push_back(std::move(st));
+      return Status::ok();
+    }
+    PlanValue wide = y;
+    wide.name = y.name + ".out_" + std::string(precision_name(precision));
+    wide.dtype = layer_dtype;
+    plan.values.push_back(wide);
+    st.output = static_cast<int>(plan.values.size()) - 1;
+    const int wide_index = st.output;
+    plan.steps.push_back(std::move(st));
+    PlanStep back;
+    back.kind = StepKind::kCast;
+    back.name = node.name + ".out";
+    back.inputs = {wide_index};
+    back.output = y_index;
+    back.precision = options.precision;
+    plan.steps.push_back(std::move(back));
+    return Status::ok();
+  }
+
+  Status lower_gemm(const Node& node) {
+    GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+    const auto& a = node.attr<GemmAttrs>();
+    const PlanValue xin = plan.values[x];
+    if (a.trans_a) return unsupported(node, "transA = 1");
+    if (xin.h != 1 || xin.w != 1 || xin.c != xin.c_valid)
+      return unsupported(node, "its input is not a flat [N, features] tensor");
+    const Tensor* b = graph.initializer(node.input(1));
+    if (!b || b->dtype() != DataType::kFloat32 || b->shape().rank() != 2)
+      return unsupported(node, "B is not a constant float matrix");
+    const int64_t out = a.trans_b ? b->shape()[0] : b->shape()[1];
+    const int64_t in = a.trans_b ? b->shape()[1] : b->shape()[0];
+    if (in != xin.c)
+      return unsupported(node, fmt::format("B {} does not take {} features", b->shape().to_string(), xin.c));
+    std::vector<float> wt(static_cast<size_t>(out * in));
+    const auto src = b->f32();
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i)
+        wt[o * in + i] = a.alpha * (a.trans_b ? src[o * in + i] : src[i * out + o]);
+    PlanStep st = step(StepKind::kGemm, node);
+    st.inputs = {x};
+    st.weight = add_weight(node.input(1), Shape{out, in}, wt);
+    if (node.has_input(2)) {
+      const Tensor* c = graph.initializer(node.input(2));
+      if (!c || c->dtype() != DataType::kFloat32 || c->numel() != out)
+        return unsupported(node, "C is not a constant float vector of the output size");
+      std::vector<float> bias(c->f32().begin(), c->f32().end());
+      for (auto& v : bias) v *= a.beta;
+      st.bias = add_weight(node.input(2), Shape{out}, bias);
+    }
+    GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
+    plan.steps.push_back(std::move(st));
+    return Status::ok();
+  }
+
+  Status lower_node(const Node& node) {
+    switch (node.op) {
+      case OpType::kConv: return lower_conv(node);
+      case OpType::kGemm: return lower_gemm(node);
+      case OpType::kMaxPool:
+      case OpType::kAveragePool: {
+        GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+        PlanStep st = step(node.op == OpType::kMaxPool ? StepKind::kMaxPool : StepKind::kAveragePool, node);
+        st.pool = node.attr<PoolAttrs>();
+        st.inputs = {x};
+        GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
+        plan.values[st.output].c = plan.values[x].c;  // pooling keeps channel padding
+        plan.steps.push_back(std::move(st));
+        return Status::ok();
+      }
+      case OpType::kGlobalAveragePool: {
+        GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+        PlanStep st = step(StepKind::kGlobalAveragePool, node);
+        st.inputs = {x};
+        GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
+        plan.values[st.output].c = plan.values[x].c;
+        plan.steps.push_back(std::move(st));
+        return Status::ok();
+      }
+      case OpType::kRelu:
+      case OpType::kClip: {
+        GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+        PlanStep st = step(StepKind::kActivation, node);
+        st.inputs = {x};
+        if (node.op == OpType::kRelu) {
+          st.activation = Activation::kRelu;
+        } else {
+          st.activation = Activation::kClip;
+          st.clip_min = node.attr<ClipAttrs>().min;
+          st.clip_max = node.attr<ClipAttrs>().max;
+        }
+        GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
+        plan.values[st.output].c = plan.values[x].c;
+        plan.steps.push_back(std::move(st));
+        return Status::ok();
+      }
+      case OpType::kAdd: {
+        GPULAB_ASSIGN_OR_RETURN(int a, input_value(node, 0));
+        GPULAB_ASSIGN_OR_RETURN(int b, input_value(node, 1));
+        const auto &va = plan.values[a], &vb = plan.values[b];
+        if (va.h != vb.h || va.w != vb.w || va.c != vb.c) return unsupported(node, "broadcasting Add");
+        PlanStep st = step(StepKind::kAdd, node);
+        st.inputs = {a, b};
+        GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
+        plan.steps.push_back(std::move(st));
+        return Status::ok();
+      }
+      case OpType::kFlatten:
+      case OpType::kReshape:
+      case OpType::kIdentity:
+      case OpType::kDropout: {
+        GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+        const auto& v = plan.values[x];
+        const ValueInfo* out = graph.value(node.outputs[0]);
+        const bool identity = node.op == OpType::kIdentity || node.op == OpType::kDropout;
+        // NHWC and NCHW hold a 1x1 spatial tensor in the same order, so a flatten is a view.
+        const bool flat_view =
+            v.h == 1 && v.w == 1 && v.c == v.c_valid && out && out->shape.rank() == 2 && out->shape[1] == v.c;
+        if (!identity && !flat_view)
+          return unsupported(node, "a reshape of a tensor with spatial size > 1 (NHWC order differs)");
+        value_of[node.outputs[0]] = x;
+        return Status::ok();
+      }
+      default: return unsupported(node, "no GPU implementation of this op");
+    }
+  }
+};
+
+}  // namespace
+
+Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
+  if (options.max_batch < 1 || options.max_batch > (1 << 20))
+    return Status::invalid_argument(
+        fmt::format("plan: max batch {} is out of range. Use 1..1048576.", options.max_batch));
+  if (graph.inputs.size() != 1 || graph.outputs.size() != 1)
+    return Status::unsupported(
+        fmt::format("plan: the model has {} inputs and {} outputs; the GPU engine runs "
+                    "classifiers with one of each.",
+                    graph.inputs.size(), graph.outputs.size()));
+  Lowering low(graph, options);
+  Plan& plan = low.plan;
+  plan.gpulab_version = GPULAB_VERSION;
+  plan.precision = options.precision;
+  plan.max_batch = options.max_batch;
+  plan.input_name = graph.inputs[0];
+  plan.metadata = graph.metadata;
+  plan.output_name = graph.outputs[0];
+  const ValueInfo* in = graph.value(graph.inputs[0]);
+  if (!in || in->dtype != DataType::kFloat32 || in->shape.rank() != 4 || in->shape[1] < 1 ||
+      in->shape[2] < 1 || in->shape[3] < 1)
+    return Status::unsupported(fmt::format("plan: input '{}' is not a float [N, C, H, W] tensor ({}).",
+                                           graph.inputs[0], in ? in->shape.to_string() : "no shape"));
+  plan.input_channels = in->shape[1];
+  plan.input_h = in->shape[2];
+  plan.input_w = in->shape[3];
+  plan.values.push_back(PlanValue{graph.inputs[0], plan.input_h, plan.input_w,
+                                  padded_input_channels(plan.input_channels, options.precision),
+                                  plan.input_channels, low.dtype});
+  low.value_of[graph.inputs[0]] = 0;
+  PlanStep input_step;
+  input_step.kind = StepKind::kInput;
+  input_step.name = "input";
+  input_step.output = 0;
+  input_step.precision = options.precision;
+  plan.steps.push_back(input_step);
+  for (const auto& [name, precision] : options.layer_precision) {
+    const bool found = std::any_of(graph.nodes.begin(), graph.nodes.end(),
+                                   [&](const Node& n) { return n.name == name && n.op == OpType::kConv; });
+    if (!found)
+      return Status::invalid_argument(
+          fmt::format("plan: --layer-precision names '{}' ({}), but the model has no "
+                      "convolution of that name. `gpulab inspect` lists the layers.",
+                      name, precision_name(precision)));
+  }
+  for (const Node& node : graph.nodes) GPULAB_TRY(low.lower_node(node));
+  auto out = low.value_of.find(graph.outputs[0]);
+  if (out == low.value_of.end())
+    return Status::unsupported("plan: the output '" + graph.outputs[0] + "' is not computed on the GPU.");
+  const PlanValue& ov = plan.values[out->second];
+  if (ov.h != 1 || ov.w != 1)
+    return Status::unsupported(
+        fmt::format("plan: the output '{}' is [{}x{}x{}], not [N, classes].", ov.name, ov.c, ov.h, ov.w));
+  plan.num_classes = ov.c_valid;
+  PlanStep output_step;
+  output_step.kind = StepKind::kOutput;
+  output_step.name = "output";
+  output_step.inputs = {out->second};
+  output_step.precision = options.precision;
+  plan.steps.push_back(output_step);
+  GPULAB_TRY(plan.validate());
+  return std::move(low.plan);
+}
+
+}  // namespace gpulab

@@ -1,0 +1,437 @@
+#include "plan/plan.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <exception>
+#include <nlohmann/json.hpp>
+
+#include "core/file_io.h"
+
+namespace gpulab {
+
+std::string_view precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kTf32: return "tf32";
+    case Precision::kFp16: return "fp16";
+    case Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+Result<Precision> parse_precision(std::string_view name) {
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16})
+    if (precision_name(p) == name) return p;
+  return Status::invalid_argument(
+      fmt::format("precision '{}' is not known. Use fp32, tf32, fp16 or bf16.", name));
+}
+
+DataType storage_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::kFp16: return DataType::kFloat16;
+    case Precision::kBf16: return DataType::kBFloat16;
+    default: return DataType::kFloat32;
+  }
+}
+
+std::string describe_target(const PlanTarget& t) {
+  return fmt::format("{} (sm_{}), CUDA runtime {}, cuDNN {}, cuBLASLt {}", t.gpu_name, t.compute_capability,
+                     t.cuda_runtime_version, t.cudnn_version, t.cublaslt_version);
+}
+
+Status check_plan_target(const PlanTarget& plan, const PlanTarget& current) {
+  if (plan.compute_capability != current.compute_capability)
+    return Status::unsupported(fmt::format(
+        "plan: built for GPU architecture sm_{} ({}), this GPU is sm_{} ({}). Rebuild the plan on this GPU "
+        "with `gpulab build`.",
+        plan.compute_capability, plan.gpu_name, current.compute_capability, current.gpu_name));
+  if (plan.cuda_runtime_version != current.cuda_runtime_version ||
+      plan.cudnn_version != current.cudnn_version || plan.cublaslt_version != current.cublaslt_version)
+    return Status::unsupported(fmt::format(
+        "plan: built with other library versions (plan: {}; here: {}). Rebuild the plan with `gpulab build`.",
+        describe_target(plan), describe_target(current)));
+  return Status::ok();
+}
+
+std::string_view step_kind_name(StepKind kind) {
+  switch (kind) {
+    case StepKind::kInput: return "input";
+    case StepKind::kConv: return "conv";
+    case StepKind::kGemm: return "gemm";
+    case StepKind::kMaxPool: return "maxpool";
+    case StepKind::kAveragePool: return "avgpool";
+    case StepKind::kGlobalAveragePool: return "global_avgpool";
+    case StepKind::kAdd: return "add";
+    case StepKind::kActivation: return "activation";
+    case StepKind::kOutput: return "output";
+    case StepKind::kCast: return "cast";
+  }
+  return "?";
+}
+
+int64_t Plan::weights_bytes() const {
+  int64_t total = 0;
+  for (const auto& w : weights) total += static_cast<int64_t>(w.bytes.size());
+  return total;
+}
+
+Status Plan::validate() const {
+  auto bad = [](std::string what) {
+    return Status::invalid_file("plan: " + what +
+                                ". The file is corrupt or was not written by gpulab; rebuild it.");
+  };
+  if (max_batch < 1) return bad(fmt::format("max batch {} is not positive", max_batch));
+  if (input_channels < 1 || input_h < 1 || input_w < 1 || num_classes < 1)
+    return bad(fmt::format("input [{},{},{}] or classes {} not positive", input_channels, input_h, input_w,
+                           num_classes));
+  if (steps.size() < 2 || steps.front().kind != StepKind::kInput || steps.back().kind != StepKind::kOutput)
+    return bad("the steps do not start with an input conversion and end with an output conversion");
+  for (size_t i = 0; i < values.size(); ++i) {
+    const auto& v = values[i];
+    if (v.h < 1 || v.w < 1 || v.c < 1 || v.c_valid < 1 || v.c_valid > v.c || v.h > (1 << 20) ||
+        v.w > (1 << 20) || v.c > (1 << 24))
+      return bad(fmt::format("value {} '{}' has a bad shape [{},{},{} ({} valid)]", i, v.name, v.h, v.w, v.c,
+                             v.c_valid));
+  }
+  auto value_ok = [&](int v) { return v >= 0 && static_cast<size_t>(v) < values.size(); };
+  auto weight_ok = [&](int w) { return w >= -1 && w < static_cast<int>(weights.size()); };
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& s = steps[i];
+    for (int in : s.inputs)
+      if (!value_ok(in))
+        return bad(fmt::format("step {} '{}' reads value {} of {}", i, s.name, in, values.size()));
+    if (s.kind != StepKind::kOutput && !value_ok(s.output))
+      return bad(fmt::format("step {} '{}' writes value {} of {}", i, s.name, s.output, values.size()));
+    if (!weight_ok(s.weight) || !weight_ok(s.bias))
+      return bad(fmt::format("step {} '{}' uses weight {} / bias {} of {}", i, s.name, s.weight, s.bias,
+                             weights.size()));
+    size_t want_inputs = 1;
+    switch (s.kind) {
+      case StepKind::kInput: want_inputs = 0; break;
+      case StepKind::kConv: want_inputs = s.conv.has_residual ? 2 : 1; break;
+      case StepKind::kAdd: want_inputs = 2; break;
+      default: break;
+    }
+    if (s.inputs.size() != want_inputs)
+      return bad(fmt::format("step {} '{}' ({}) has {} inputs, expected {}", i, s.name,
+                             step_kind_name(s.kind), s.inputs.size(), want_inputs));
+    if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm) && s.weight < 0)
+      return bad(fmt::format("step {} '{}' has no weight", i, s.name));
+  }
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const auto& w = weights[i];
+    for (int64_t d : w.shape.dims)
+      if (d < 0) return bad(fmt::format("weight '{}' has shape {}", w.name, w.shape.to_string()));
+    const int64_t want = w.shape.numel() * static_cast<int64_t>(dtype_size(w.dtype));
+    if (want != static_cast<int64_t>(w.bytes.size()))
+      return bad(fmt::format("weight '{}' {} {} holds {} bytes, expected {}", w.name, dtype_name(w.dtype),
+                             w.shape.to_string(), w.bytes.size(), want));
+  }
+  return Status::ok();
+}
+
+uint64_t fnv1a64(std::span<const std::byte> bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
+  for (std::byte b : bytes) {
+    h ^= static_cast<uint8_t>(b);
+    h *= 0x100000001b3ull;  // FNV-1a 64 prime
+  }
+  return h;
+}
+
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kBlobAlignment = 256;
+
+void put_u32(std::vector<std::byte>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+void put_u64(std::vector<std::byte>& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+uint64_t get_u64(std::span<const std::byte> b, size_t at) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
+  return v;
+}
+uint32_t get_u32(std::span<const std::byte> b, size_t at) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
+  return v;
+}
+
+json hw_json(const Hw& hw) {
+  return json::array({hw.h, hw.w});
+}
+Hw hw_from(const json& j) {
+  return Hw{j.at(0).get<int64_t>(), j.at(1).get<int64_t>()};
+}
+json pads_json(const Pads& p) {
+  return json::array({p.top, p.left, p.bottom, p.right});
+}
+Pads pads_from(const json& j) {
+  return Pads{j.at(0).get<int64_t>(), j.at(1).get<int64_t>(), j.at(2).get<int64_t>(), j.at(3).get<int64_t>()};
+}
+
+json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
+  json j;
+  j["gpulab_version"] = plan.gpulab_version;
+  j["target"] = {{"gpu_name", plan.target.gpu_name},
+                 {"compute_capability", plan.target.compute_capability},
+                 {"cuda_runtime_version", plan.target.cuda_runtime_version},
+                 {"cudnn_version", plan.target.cudnn_version},
+                 {"cublaslt_version", plan.target.cublaslt_version}};
+  j["precision"] = std::string(precision_name(plan.precision));
+  j["max_batch"] = plan.max_batch;
+  j["input"] = {
+      {"name", plan.input_name}, {"c", plan.input_channels}, {"h", plan.input_h}, {"w", plan.input_w}};
+  j["output"] = {{"name", plan.output_name}, {"classes", plan.num_classes}};
+  j["metadata"] = plan.metadata;
+  json values = json::array();
+  for (const auto& v : plan.values)
+    values.push_back({{"name", v.name},
+                      {"h", v.h},
+                      {"w", v.w},
+                      {"c", v.c},
+                      {"c_valid", v.c_valid},
+                      {"dtype", std::string(dtype_name(v.dtype))}});
+  j["values"] = std::move(values);
+  json steps = json::array();
+  for (const auto& s : plan.steps) {
+    json js = {{"kind", std::string(step_kind_name(s.kind))},
+               {"name", s.name},
+               {"inputs", s.inputs},
+               {"output", s.output},
+               {"precision", std::string(precision_name(s.precision))},
+               {"weight", s.weight},
+               {"bias", s.bias},
+               {"tactic", s.tactic},
+               {"flops_per_image", s.flops_per_image},
+               {"activation", static_cast<int>(s.activation)},
+               {"clip", {s.clip_min, s.clip_max}}};
+    if (s.kind == StepKind::kConv) {
+      const auto& c = s.conv;
+      js["conv"] = {{"kernel", hw_json(c.kernel)},
+                    {"stride", hw_json(c.stride)},
+                    {"pads", pads_json(c.pads)},
+                    {"dilation", hw_json(c.dilation)},
+                    {"groups", c.groups},
+                    {"activation", static_cast<int>(c.activation)},
+                    {"clip", {c.clip_min, c.clip_max}},
+                    {"has_residual", c.has_residual}};
+    }
+    if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool) {
+      const auto& p = s.pool;
+      js["pool"] = {{"kernel", hw_json(p.kernel)}, {"stride", hw_json(p.stride)},
+                    {"pads", pads_json(p.pads)},   {"dilation", hw_json(p.dilation)},
+                    {"ceil_mode", p.ceil_mode},    {"count_include_pad", p.count_include_pad}};
+    }
+    steps.push_back(std::move(js));
+  }
+  j["steps"] = std::move(steps);
+  json weights = json::array();
+  for (size_t i = 0; i < plan.weights.size(); ++i) {
+    const auto& w = plan.weights[i];
+    weights.push_back({{"name", w.name},
+                       {"dtype", std::string(dtype_name(w.dtype))},
+                       {"shape", w.shape.dims},
+                       {"offset", offsets[i]},
+                       {"bytes", w.bytes.size()}});
+  }
+  j["weights"] = std::move(weights);
+  return j;
+}
+
+StepKind step_kind_from(const std::string& name) {
+  for (StepKind k : {StepKind::kInput, StepKind::kConv, StepKind::kGemm, StepKind::kMaxPool,
+                     StepKind::kAveragePool, StepKind::kGlobalAveragePool, StepKind::kAdd,
+                     StepKind::kActivation, StepKind::kOutput, StepKind::kCast})
+    if (step_kind_name(k) == name) return k;
+  throw std::runtime_error("unknown step kind '" + name + "'");
+}
+
+Activation activation_from(int v) {
+  if (v < 0 || v > static_cast<int>(Activation::kClip)) throw std::runtime_error("bad activation");
+  return static_cast<Activation>(v);
+}
+
+template <typename T>
+T value_or_throw(Result<T> r) {
+  if (!r.is_ok()) throw std::runtime_error(r.status().message());
+  return std::move(r).value();
+}
+
+// Throws (nlohmann or std::runtime_error) on any missing or mistyped field; the caller turns it
+// into a Status.
+Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
+  Plan plan;
+  plan.gpulab_version = j.at("gpulab_version").get<std::string>();
+  const auto& t = j.at("target");
+  plan.target.gpu_name = t.at("gpu_name").get<std::string>();
+  plan.target.compute_capability = t.at("compute_capability").get<int>();
+  plan.target.cuda_runtime_version = t.at("cuda_runtime_version").get<int>();
+  plan.target.cudnn_version = t.at("cudnn_version").get<int>();
+  plan.target.cublaslt_version = t.at("cublaslt_version").get<int>();
+  plan.precision = value_or_throw(parse_precision(j.at("precision").get<std::string>()));
+  plan.max_batch = j.at("max_batch").get<int64_t>();
+  plan.input_name = j.at("input").at("name").get<std::string>();
+  plan.input_channels = j.at("input").at("c").get<int64_t>();
+  plan.input_h = j.at("input").at("h").get<int64_t>();
+  plan.input_w = j.at("input").at("w").get<int64_t>();
+  plan.output_name = j.at("output").at("name").get<std::string>();
+  plan.num_classes = j.at("output").at("classes").get<int64_t>();
+  if (j.contains("metadata")) plan.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
+  for (const auto& jv : j.at("values")) {
+    PlanValue v;
+    v.name = jv.at("name").get<std::string>();
+    v.h = jv.at("h").get<int64_t>();
+    v.w = jv.at("w").get<int64_t>();
+    v.c = jv.at("c").get<int64_t>();
+    v.c_valid = jv.at("c_valid").get<int64_t>();
+    v.dtype = value_or_throw(parse_dtype(jv.at("dtype").get<std::string>()));
+    plan.values.push_back(std::move(v));
+  }
+  for (const auto& js : j.at("steps")) {
+    PlanStep s;
+    s.kind = step_kind_from(js.at("kind").get<std::string>());
+    s.name = js.at("name").get<std::string>();
+    s.inputs = js.at("inputs").get<std::vector<int>>();
+    s.output = js.at("output").get<int>();
+    s.precision = value_or_throw(parse_precision(js.at("precision").get<std::string>()));
+    s.weight = js.at("weight").get<int>();
+    s.bias = js.at("bias").get<int>();
+    s.tactic = js.at("tactic").get<std::string>();
+    s.flops_per_image = js.at("flops_per_image").get<double>();
+    s.activation = activation_from(js.at("activation").get<int>());
+    s.clip_min = js.at("clip").at(0).get<float>();
+    s.clip_max = js.at("clip").at(1).get<float>();
+    if (s.kind == StepKind::kConv) {
+      const auto& c = js.at("conv");
+      s.conv.kernel = hw_from(c.at("kernel"));
+      s.conv.stride = hw_from(c.at("stride"));
+      s.conv.pads = pads_from(c.at("pads"));
+      s.conv.dilation = hw_from(c.at("dilation"));
+      s.conv.groups = c.at("groups").get<int64_t>();
+      s.conv.activation = activation_from(c.at("activation").get<int>());
+      s.conv.clip_min = c.at("clip").at(0).get<float>();
+      s.conv.clip_max = c.at("clip").at(1).get<float>();
+      s.conv.has_residual = c.at("has_residual").get<bool>();
+      if (s.conv.groups < 1 || s.conv.kernel.h < 1 || s.conv.kernel.w < 1 || s.conv.stride.h < 1 ||
+          s.conv.stride.w < 1 || s.conv.dilation.h < 1 || s.conv.dilation.w < 1)
+        throw std::runtime_error("step '" + s.name + "' has bad convolution attributes");
+    }
+    if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool) {
+      const auto& p = js.at("pool");
+      s.pool.kernel = hw_from(p.at("kernel"));
+      s.pool.stride = hw_from(p.at("stride"));
+      s.pool.pads = pads_from(p.at("pads"));
+      s.pool.dilation = hw_from(p.at("dilation"));
+      s.pool.ceil_mode = p.at("ceil_mode").get<bool>();
+      s.pool.count_include_pad = p.at("count_include_pad").get<bool>();
+      if (s.pool.kernel.h < 1 || s.pool.kernel.w < 1 || s.pool.stride.h < 1 || s.pool.stride.w < 1)
+        throw std::runtime_error("step '" + s.name + "' has bad pooling attributes");
+    }
+    plan.steps.push_back(std::move(s));
+  }
+  for (const auto& jw : j.at("weights")) {
+    PlanWeight w;
+    w.name = jw.at("name").get<std::string>();
+    w.dtype = value_or_throw(parse_dtype(jw.at("dtype").get<std::string>()));
+    w.shape = Shape(jw.at("shape").get<std::vector<int64_t>>());
+    const auto offset = jw.at("offset").get<uint64_t>();
+    const auto size = jw.at("bytes").get<uint64_t>();
+    if (offset > blob.size() || size > blob.size() - offset)
+      throw std::runtime_error(fmt::format("weight '{}' lies outside the weights block ({} + {} > {} bytes)",
+                                           w.name, offset, size, blob.size()));
+    auto part = blob.subspan(offset, size);
+    w.bytes.assign(part.begin(), part.end());
+    plan.weights.push_back(std::move(w));
+  }
+  return plan;
+}
+
+}  // namespace
+
+std::vector<std::byte> serialize_plan(const Plan& plan) {
+  std::vector<size_t> offsets;
+  size_t blob_size = 0;
+  for (const auto& w : plan.weights) {
+    blob_size = (blob_size + kBlobAlignment - 1) / kBlobAlignment * kBlobAlignment;
+    offsets.push_back(blob_size);
+    blob_size += w.bytes.size();
+  }
+  const std::string header = header_json(plan, offsets).dump();
+  std::vector<std::byte> out;
+  out.reserve(48 + header.size() + blob_size);
+  for (char c : kPlanMagic) out.push_back(static_cast<std::byte>(c));
+  put_u32(out, kPlanFormatVersion);
+  put_u32(out, 0);
+  put_u64(out, header.size());
+  for (char c : header) out.push_back(static_cast<std::byte>(c));
+  put_u64(out, blob_size);
+  const size_t blob_start = out.size();
+  out.resize(blob_start + blob_size);
+  for (size_t i = 0; i < plan.weights.size(); ++i)
+    if (!plan.weights[i].bytes.empty())
+      std::memcpy(out.data() + blob_start + offsets[i], plan.weights[i].bytes.data(),
+                  plan.weights[i].bytes.size());
+  put_u64(out, fnv1a64(out));
+  return out;
+}
+
+Result<Plan> deserialize_plan(std::span<const std::byte> bytes) {
+  auto bad = [&](std::string what) {
+    return Status::invalid_file("plan: " + what +
+                                ". The file is truncated, corrupt or not a gpulab plan; rebuild it "
+                                "with `gpulab build`.");
+  };
+  constexpr size_t kFixed = 8 + 4 + 4 + 8;
+  if (bytes.size() < kFixed + 8 + 8) return bad(fmt::format("only {} bytes", bytes.size()));
+  if (std::memcmp(bytes.data(), kPlanMagic, sizeof(kPlanMagic)) != 0)
+    return bad("no GPULABPL magic at the start");
+  const uint32_t version = get_u32(bytes, 8);
+  if (version != kPlanFormatVersion)
+    return Status::unsupported(fmt::format(
+        "plan: file format version {}, this gpulab reads version {}. Rebuild the plan with this gpulab.",
+        version, kPlanFormatVersion));
+  const uint64_t header_size = get_u64(bytes, 16);
+  if (header_size > bytes.size() - kFixed - 16)
+    return bad(
+        fmt::format("header of {} bytes does not fit in a file of {} bytes", header_size, bytes.size()));
+  const size_t blob_size_at = kFixed + header_size;
+  const uint64_t blob_size = get_u64(bytes, blob_size_at);
+  const size_t blob_at = blob_size_at + 8;
+  if (blob_size != bytes.size() - blob_at - 8)
+    return bad(fmt::format("weights block of {} bytes, but {} bytes follow the header", blob_size,
+                           bytes.size() - blob_at - 8));
+  const uint64_t stored = get_u64(bytes, bytes.size() - 8);
+  const uint64_t computed = fnv1a64(bytes.first(bytes.size() - 8));
+  if (stored != computed)
+    return bad(fmt::format("checksum mismatch (stored {:016x}, computed {:016x})", stored, computed));
+  Plan plan;
+  try {
+    const std::string_view header_text(reinterpret_cast<const char*>(bytes.data() + kFixed), header_size);
+    const json header = json::parse(header_text);
+    plan = plan_from_header(header, bytes.subspan(blob_at, blob_size));
+  } catch (const std::exception& e) {
+    return bad(std::string("header: ") + e.what());
+  }
+  GPULAB_TRY(plan.validate());
+  return plan;
+}
+
+Status save_plan(const Plan& plan, const std::filesystem::path& path) {
+  return write_file_atomic(path, serialize_plan(plan)).with_context("saving plan");
+}
+
+Result<Plan> load_plan(const std::filesystem::path& path) {
+  GPULAB_ASSIGN_OR_RETURN(auto bytes, read_file_bytes(path));
+  auto plan = deserialize_plan(bytes);
+  if (!plan.is_ok()) return plan.status().with_context("'" + path.string() + "'");
+  return plan;
+}
+
+}  // namespace gpulab

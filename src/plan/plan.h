@@ -1,0 +1,136 @@
+// The plan: what the Planner decided for one model on one GPU, and its file format.
+//
+// A Plan is CUDA-free data: activation values in NHWC (per image), the ordered steps with their
+// attributes and chosen tactics, and the weights already in the layout and element type the
+// chosen kernels read (convolutions KRSC, GEMM [out, in] row-major). The runtime executes it;
+// save_plan/load_plan move it to and from disk.
+//
+// File format (little-endian), version kPlanFormatVersion:
+//   offset 0   8 bytes   magic "GPULABPL"
+//          8   u32       format version
+//         12   u32       reserved (0)
+//         16   u64       header length H
+//         24   H bytes   header: JSON (versions, GPU, precision, max batch, values, steps,
+//                        weight table with offsets into the blob)
+//     24 + H   u64       blob length B
+//     32 + H   B bytes   weights, each at a 256-byte aligned offset inside the blob
+//  32 + H + B  u64       FNV-1a 64 checksum of every byte before it
+// Anything else (short file, bad magic, other version, wrong checksum, inconsistent header) is
+// refused with kInvalidFile and a message naming what is wrong; no input makes the reader crash.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpulab/engine.h"
+#include "gpulab/status.h"
+#include "gpulab/tensor.h"
+#include "graph/graph.h"
+
+namespace gpulab {
+
+inline constexpr uint32_t kPlanFormatVersion = 1;
+inline constexpr char kPlanMagic[8] = {'G', 'P', 'U', 'L', 'A', 'B', 'P', 'L'};
+
+// The machine a plan was built for. Versions are the libraries' own integers
+// (cudaRuntimeGetVersion, cudnnGetVersion, cublasLtGetVersion).
+struct PlanTarget {
+  std::string gpu_name;
+  int compute_capability = 0;  // major * 10 + minor
+  int cuda_runtime_version = 0;
+  int cudnn_version = 0;
+  int cublaslt_version = 0;
+  friend bool operator==(const PlanTarget&, const PlanTarget&) = default;
+};
+// "NVIDIA H200 (sm_90), CUDA 13000, cuDNN 91900, cuBLASLt 130100"
+std::string describe_target(const PlanTarget& target);
+// Ok when a plan built for `plan` may run on `current`: same compute capability and the same
+// CUDA runtime, cuDNN and cuBLASLt versions (tactics and weight layouts depend on them). The GPU
+// name may differ (two boards of one architecture). Otherwise kUnsupported naming both.
+Status check_plan_target(const PlanTarget& plan, const PlanTarget& current);
+
+enum class StepKind : uint8_t {
+  kInput,  // float NCHW (caller's device buffer) -> NHWC storage dtype, C padded
+  kConv,   // inputs {x, [residual]}; fused bias, residual and activation
+  kGemm,   // input {x: 1x1xK}; y = x W^T + b (cuBLASLt, bias epilogue)
+  kMaxPool,
+  kAveragePool,
+  kGlobalAveragePool,
+  kAdd,         // inputs {a, b}; y = act(a + b)
+  kActivation,  // inputs {x}; y = act(x)
+  kOutput,      // input {x: 1x1xclasses} -> caller's float [N, classes]
+  kCast,        // input {x} -> the same elements in the output value's dtype (per-layer precision)
+};
+std::string_view step_kind_name(StepKind kind);  // "input", "conv", ...
+
+// An activation buffer: NHWC, per image. `c` includes zero padding; `c_valid` carry data.
+struct PlanValue {
+  std::string name;
+  int64_t h = 1, w = 1, c = 1;
+  int64_t c_valid = 1;
+  DataType dtype = DataType::kFloat32;
+  int64_t bytes_per_image() const { return h * w * c * static_cast<int64_t>(dtype_size(dtype)); }
+};
+
+struct PlanStep {
+  StepKind kind = StepKind::kInput;
+  std::string name;         // the graph node's name ("input"/"output" for conversions)
+  std::vector<int> inputs;  // indices into Plan::values
+  int output = -1;          // index into Plan::values; -1 for kOutput
+  Precision precision = Precision::kFp32;
+  ConvAttrs conv;                             // kConv (activation, clip and residual flags included)
+  PoolAttrs pool;                             // kMaxPool, kAveragePool
+  Activation activation = Activation::kNone;  // kAdd, kActivation
+  float clip_min = 0.0f, clip_max = 6.0f;
+  int weight = -1;     // index into Plan::weights: kConv [K, R, S, C/groups], kGemm [out, in]
+  int bias = -1;       // index into Plan::weights: [K] / [out]; -1 when absent
+  std::string tactic;  // see the runtime's tactic strings; "" = default
+  double flops_per_image = 0;
+};
+
+struct PlanWeight {
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  Shape shape;
+  std::vector<std::byte> bytes;
+};
+
+struct Plan {
+  PlanTarget target;
+  std::string gpulab_version;
+  Precision precision = Precision::kFp32;
+  int64_t max_batch = 1;
+  std::string input_name;  // the model's input
+  int64_t input_channels = 0, input_h = 0, input_w = 0;
+  std::string output_name;  // the model's output
+  int64_t num_classes = 0;
+  // The model's ONNX metadata_props (preprocess.* keys and the like), so that a plan alone
+  // tells `classify` how to prepare images.
+  std::map<std::string, std::string> metadata;
+  std::vector<PlanValue> values;
+  std::vector<PlanStep> steps;
+  std::vector<PlanWeight> weights;
+
+  // Structure: value/weight indices in range, weight byte counts match dtype x shape, one
+  // kInput first and one kOutput last, positive sizes. kInvalidFile naming the first problem.
+  Status validate() const;
+  int64_t weights_bytes() const;
+};
+
+// 64-bit FNV-1a of `bytes` (the plan file's checksum).
+uint64_t fnv1a64(std::span<const std::byte> bytes);
+
+std::vector<std::byte> serialize_plan(const Plan& plan);
+// Parses and validates (structure only; the target is checked by the runtime).
+Result<Plan> deserialize_plan(std::span<const std::byte> bytes);
+
+Status save_plan(const Plan& plan, const std::filesystem::path& path);
+Result<Plan> load_plan(const std::filesystem::path& path);
+
+}  // namespace gpulab

@@ -1,0 +1,52 @@
+#include "runtime/conv_step.h"
+
+#include "backends/cuda/kernels/kernels.h"
+#include "runtime/step_problems.h"
+
+namespace gpulab {
+
+Status launch_conv_step(const cuda::ConvProblem& p, const cuda::CudnnConv* conv, cudnnHandle_t handle,
+                        const cuda::ConvPointers& ptrs, void* workspace, cudaStream_t stream) {
+  if (!conv)
+    return cuda::launch_direct_conv(direct_conv_desc(p), ptrs.x, ptrs.w, ptrs.bias, ptrs.residual, ptrs.y,
+                                    stream);
+  GPULAB_TRY(conv->launch(handle, ptrs, workspace));
+  if (conv->fused()) return Status::ok();
+  // y = act(conv + bias + residual), one kernel per term in place on y.
+  const auto& a = p.attrs;
+  const int64_t count = p.n * p.out_h * p.out_w * p.k;
+  if (p.has_bias) {
+    kernels::BiasActDesc d;
+    d.count = count;
+    d.c = p.k;
+    d.activation = a.has_residual ? Activation::kNone : a.activation;
+    d.clip_min = a.clip_min;
+    d.clip_max = a.clip_max;
+    d.dtype = p.dtype;
+    d.bias_dtype = p.dtype;
+    GPULAB_TRY(kernels::launch_bias_act(d, ptrs.y, ptrs.bias, ptrs.y, stream));
+  }
+  if (a.has_residual) {
+    kernels::BinaryDesc d;
+    d.op = kernels::BinaryOp::kAdd;
+    d.n = p.n;
+    d.hw = p.out_h * p.out_w;
+    d.c = p.k;
+    d.activation = a.activation;
+    d.clip_min = a.clip_min;
+    d.clip_max = a.clip_max;
+    d.dtype = p.dtype;
+    GPULAB_TRY(kernels::launch_binary(d, ptrs.y, ptrs.residual, ptrs.y, stream));
+  } else if (!p.has_bias && a.activation != Activation::kNone) {
+    kernels::UnaryDesc d;
+    d.op = a.activation == Activation::kClip ? kernels::UnaryOp::kClip : kernels::UnaryOp::kRelu;
+    d.count = count;
+    d.clip_min = a.clip_min;
+    d.clip_max = a.clip_max;
+    d.dtype = p.dtype;
+    GPULAB_TRY(kernels::launch_unary(d, ptrs.y, ptrs.y, stream));
+  }
+  return Status::ok();
+}
+
+}  // namespace gpulab

@@ -1,0 +1,179 @@
+// The CPU side of the CUDA kernels: descriptor validation and pooling output sizes. No GPU.
+#include "backends/cuda/kernels/kernel_desc.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+namespace gpulab::kernels {
+namespace {
+
+void expect_invalid(const Status& s, std::string_view mentions) {
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find(mentions), std::string::npos) << s.message();
+}
+
+TEST(PoolOutputSize, MatchesPyTorchFloorMode) {
+  // ResNet-18 stem max pool: 112 -> 56 with 3x3 / 2, pad 1.
+  EXPECT_EQ(pool_output_size(112, 3, 2, 1, 1, 1, false), 56);
+  // AlexNet / GoogLeNet style 3x3 / 2 without padding.
+  EXPECT_EQ(pool_output_size(55, 3, 2, 1, 0, 0, false), 27);
+  // Global pool as a window: 7x7 / 1.
+  EXPECT_EQ(pool_output_size(7, 7, 1, 1, 0, 0, false), 1);
+  // Dilation 2 widens a 3-tap window to 5.
+  EXPECT_EQ(pool_output_size(10, 3, 1, 2, 0, 0, false), 6);
+}
+
+TEST(PoolOutputSize, CeilModeDropsAWindowStartingInThePadding) {
+  // GoogLeNet: 112 -> 56 with 3x3 / 2, ceil_mode, no pad ((112-3)/2 = 54.5 -> 55, +1).
+  EXPECT_EQ(pool_output_size(112, 3, 2, 1, 0, 0, true), 56);
+  EXPECT_EQ(pool_output_size(112, 3, 2, 1, 0, 0, false), 55);
+  // 5 inputs, 2x2 / 2, pad 1 on both sides: ceil mode would give 4 windows, starting at input
+  // positions -1, 1, 3 and 5; the last lies wholly in the end padding and is dropped.
+  EXPECT_EQ(pool_output_size(5, 2, 2, 1, 1, 1, true), 3);
+  EXPECT_EQ(pool_output_size(5, 2, 2, 1, 1, 1, false), 3);
+  // 6 inputs, 3x3 / 2, ceil: ceil(3/2)+1 = 3, last window starts at 4 < 6: kept.
+  EXPECT_EQ(pool_output_size(6, 3, 2, 1, 0, 0, true), 3);
+}
+
+TEST(PoolOutputSize, NoWindowFits) {
+  EXPECT_LE(pool_output_size(2, 3, 1, 1, 0, 0, false), 0);
+  EXPECT_LE(pool_output_size(2, 3, 1, 1, 0, 0, true), 0);
+  EXPECT_EQ(pool_output_size(4, 3, 0, 1, 0, 0, false), 0);  // stride 0 is nonsense, not a crash
+}
+
+PoolDesc resnet_maxpool() {
+  return with_output_size(PoolDesc{.kind = PoolKind::kMax,
+                                   .n = 8,
+                                   .h = 112,
+                                   .w = 112,
+                                   .c = 64,
+                                   .kernel = {3, 3},
+                                   .stride = {2, 2},
+                                   .pads = {1, 1, 1, 1},
+                                   .dtype = DataType::kFloat16});
+}
+
+TEST(PoolDesc, AcceptsResNetStemPool) {
+  const PoolDesc d = resnet_maxpool();
+  EXPECT_EQ(d.out_h, 56);
+  EXPECT_EQ(d.out_w, 56);
+  EXPECT_TRUE(validate(d).is_ok()) << validate(d).to_string();
+}
+
+TEST(PoolDesc, RejectsNonsense) {
+  PoolDesc d = resnet_maxpool();
+  d.n = 0;
+  expect_invalid(validate(d), "n must be >= 1");
+
+  d = resnet_maxpool();
+  d.stride = {0, 2};
+  expect_invalid(validate(d), "stride.h");
+
+  d = resnet_maxpool();
+  d.pads.left = 3;
+  expect_invalid(validate(d), "pads");
+
+  d = resnet_maxpool();
+  d.out_h = 57;
+  expect_invalid(validate(d), "with_output_size");
+
+  d = resnet_maxpool();
+  d.kind = PoolKind::kAverage;
+  d.dilation = {2, 2};
+  expect_invalid(validate(d), "dilation");
+
+  d = resnet_maxpool();
+  d.dtype = DataType::kInt8;
+  expect_invalid(validate(d), "int8");
+
+  d = resnet_maxpool();
+  d.h = 1;
+  d.kernel = {3, 3};
+  d.pads = {};
+  d = with_output_size(d);
+  expect_invalid(validate(d), "does not fit");
+}
+
+TEST(ConversionDescs, ChannelPaddingMustNotShrink) {
+  EXPECT_TRUE(validate(NchwToNhwcDesc{.n = 1, .c = 3, .h = 224, .w = 224, .c_out = 4}).is_ok());
+  expect_invalid(validate(NchwToNhwcDesc{.n = 1, .c = 3, .h = 224, .w = 224, .c_out = 2}), "c_out");
+
+  NormalizeU8Desc u8{.n = 2,
+                     .h = 224,
+                     .w = 224,
+                     .c = 3,
+                     .c_out = 8,
+                     .mean = {0.485f, 0.456f, 0.406f},
+                     .std = {0.229f, 0.224f, 0.225f, 1.0f},
+                     .dtype = DataType::kBFloat16};
+  EXPECT_TRUE(validate(u8).is_ok());
+  u8.std[1] = 0.0f;
+  expect_invalid(validate(u8), "channel 1");
+  u8.std[1] = 0.224f;
+  u8.mean[2] = NAN;
+  expect_invalid(validate(u8), "channel 2");
+  u8.mean[2] = 0.406f;
+  u8.c = 5;
+  expect_invalid(validate(u8), "c must be 1..4");
+
+  EXPECT_TRUE(validate(NhwcToNchwF32Desc{.n = 4, .c = 1000}).is_ok());
+  EXPECT_TRUE(validate(NhwcToNchwF32Desc{.n = 4, .c = 1000, .c_stored = 1008}).is_ok());
+  expect_invalid(validate(NhwcToNchwF32Desc{.n = 4, .c = 1000, .c_stored = 999}), "c_stored");
+}
+
+TEST(ElementwiseDescs, Validation) {
+  EXPECT_TRUE(validate(BinaryDesc{.n = 2, .hw = 56 * 56, .c = 64, .activation = Activation::kRelu}).is_ok());
+  expect_invalid(validate(BinaryDesc{.n = 2, .hw = 0, .c = 64}), "hw");
+  expect_invalid(validate(BinaryDesc{
+                     .n = 1, .c = 8, .activation = Activation::kClip, .clip_min = 6.0f, .clip_max = 0.0f}),
+                 "clip");
+
+  EXPECT_TRUE(validate(BiasActDesc{.count = 64 * 10, .c = 64}).is_ok());
+  expect_invalid(validate(BiasActDesc{.count = 65, .c = 64}), "multiple of c");
+  expect_invalid(validate(BiasActDesc{
+                     .count = 64, .c = 64, .dtype = DataType::kFloat16, .bias_dtype = DataType::kBFloat16}),
+                 "bias_dtype");
+  EXPECT_TRUE(
+      validate(
+          BiasActDesc{.count = 64, .c = 64, .dtype = DataType::kFloat16, .bias_dtype = DataType::kFloat16})
+          .is_ok());
+
+  EXPECT_TRUE(validate(UnaryDesc{.op = UnaryOp::kHardSwish, .count = 10}).is_ok());
+  expect_invalid(validate(UnaryDesc{.op = UnaryOp::kHardSigmoid, .count = 10, .alpha = INFINITY}), "alpha");
+  expect_invalid(validate(UnaryDesc{.op = UnaryOp::kClip, .count = 10, .clip_min = NAN}), "clip");
+}
+
+TEST(ClassifierTailDescs, Validation) {
+  EXPECT_TRUE(validate(SoftmaxDesc{.rows = 4, .cols = 1000}).is_ok());
+  expect_invalid(validate(SoftmaxDesc{.rows = 4, .cols = 0}), "cols");
+
+  EXPECT_TRUE(validate(TopKDesc{.rows = 4, .cols = 1001, .k = 5}).is_ok());
+  EXPECT_TRUE(
+      validate(TopKDesc{.rows = 1, .cols = 21843, .k = kMaxTopK, .index_dtype = DataType::kInt64}).is_ok());
+  expect_invalid(validate(TopKDesc{.rows = 4, .cols = 1000, .k = 33}), "k must be");
+  expect_invalid(validate(TopKDesc{.rows = 4, .cols = 3, .k = 5}), "k must be");
+  expect_invalid(validate(TopKDesc{.rows = 4, .cols = 1000, .k = 0}), "k must be");
+  expect_invalid(validate(TopKDesc{.rows = 4, .cols = 1000, .k = 5, .index_dtype = DataType::kFloat32}),
+                 "index_dtype");
+}
+
+TEST(LinearDesc, Validation) {
+  EXPECT_TRUE(validate(LinearDesc{.rows = 1, .in_features = 512, .out_features = 1000}).is_ok());
+  EXPECT_TRUE(validate(LinearDesc{.rows = 4,
+                                  .in_features = 1280,
+                                  .out_features = 1000,
+                                  .dtype = DataType::kFloat16,
+                                  .out_dtype = DataType::kFloat16})
+                  .is_ok());
+  expect_invalid(validate(LinearDesc{.rows = 1, .in_features = 0, .out_features = 1000}), "in_features");
+  expect_invalid(validate(LinearDesc{.rows = 1,
+                                     .in_features = 8,
+                                     .out_features = 10,
+                                     .dtype = DataType::kFloat16,
+                                     .out_dtype = DataType::kBFloat16}),
+                 "out_dtype");
+}
+
+}  // namespace
+}  // namespace gpulab::kernels

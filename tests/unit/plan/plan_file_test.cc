@@ -1,0 +1,184 @@
+// The plan file reader: a round trip keeps everything; truncated, corrupted or foreign bytes are
+// refused with kInvalidFile (never a crash); a plan for another GPU or library is refused.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "plan/plan.h"
+
+namespace gpulab {
+namespace {
+
+Plan small_plan() {
+  Plan plan;
+  plan.target = {"NVIDIA H200", 90, 13000, 91900, 130100};
+  plan.gpulab_version = "0.1.0";
+  plan.precision = Precision::kFp16;
+  plan.max_batch = 8;
+  plan.input_name = "input";
+  plan.input_channels = 3;
+  plan.input_h = 8;
+  plan.input_w = 8;
+  plan.output_name = "logits";
+  plan.num_classes = 10;
+  plan.values = {{"x", 8, 8, 8, 3, DataType::kFloat16},
+                 {"conv", 8, 8, 16, 16, DataType::kFloat16},
+                 {"pool", 1, 1, 16, 16, DataType::kFloat16},
+                 {"fc", 1, 1, 10, 10, DataType::kFloat16}};
+  PlanWeight w{"conv.w", DataType::kFloat16, Shape{16, 3, 3, 8}, {}};
+  w.bytes.resize(16 * 3 * 3 * 8 * 2);
+  for (size_t i = 0; i < w.bytes.size(); ++i) w.bytes[i] = static_cast<std::byte>(i * 7);
+  PlanWeight b{"conv.b", DataType::kFloat16, Shape{16}, std::vector<std::byte>(32, std::byte{1})};
+  PlanWeight fw{"fc.w", DataType::kFloat16, Shape{10, 16}, std::vector<std::byte>(320, std::byte{2})};
+  plan.weights = {w, b, fw};
+  PlanStep in{.kind = StepKind::kInput, .name = "input", .inputs = {}, .output = 0};
+  PlanStep conv{.kind = StepKind::kConv, .name = "conv1", .inputs = {0}, .output = 1};
+  conv.conv.kernel = {3, 3};
+  conv.conv.pads = {1, 1, 1, 1};
+  conv.conv.activation = Activation::kClip;
+  conv.weight = 0;
+  conv.bias = 1;
+  conv.tactic = "cudnn:e12;k1=3";
+  conv.flops_per_image = 1234.5;
+  PlanStep pool{.kind = StepKind::kGlobalAveragePool, .name = "gap", .inputs = {1}, .output = 2};
+  PlanStep fc{.kind = StepKind::kGemm, .name = "fc", .inputs = {2}, .output = 3};
+  fc.weight = 2;
+  PlanStep out{.kind = StepKind::kOutput, .name = "output", .inputs = {3}, .output = -1};
+  plan.steps = {in, conv, pool, fc, out};
+  return plan;
+}
+
+TEST(PlanFile, RoundTripKeepsEverything) {
+  const Plan plan = small_plan();
+  ASSERT_TRUE(plan.validate().is_ok()) << plan.validate().to_string();
+  const auto bytes = serialize_plan(plan);
+  auto back = deserialize_plan(bytes);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->target, plan.target);
+  EXPECT_EQ(back->precision, Precision::kFp16);
+  EXPECT_EQ(back->max_batch, 8);
+  EXPECT_EQ(back->num_classes, 10);
+  ASSERT_EQ(back->steps.size(), plan.steps.size());
+  EXPECT_EQ(back->steps[1].tactic, "cudnn:e12;k1=3");
+  EXPECT_EQ(back->steps[1].conv.pads, (Pads{1, 1, 1, 1}));
+  EXPECT_EQ(back->steps[1].conv.activation, Activation::kClip);
+  EXPECT_DOUBLE_EQ(back->steps[1].flops_per_image, 1234.5);
+  ASSERT_EQ(back->weights.size(), 3u);
+  EXPECT_EQ(back->weights[0].bytes, plan.weights[0].bytes);
+  EXPECT_EQ(back->weights[2].shape, (Shape{10, 16}));
+  EXPECT_EQ(back->values[1].c, 16);
+  // Serializing again gives the same bytes (deterministic).
+  EXPECT_EQ(serialize_plan(*back), bytes);
+}
+
+TEST(PlanFile, EveryTruncationIsRefused) {
+  const auto bytes = serialize_plan(small_plan());
+  for (size_t n = 0; n < bytes.size(); n += (n < 64 ? 1 : 13)) {
+    auto r = deserialize_plan(std::span(bytes).first(n));
+    ASSERT_FALSE(r.is_ok()) << "length " << n;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidFile) << r.status().to_string();
+  }
+}
+
+TEST(PlanFile, FlippedBytesAreRefused) {
+  const auto bytes = serialize_plan(small_plan());
+  for (size_t at = 0; at < bytes.size(); at += 11) {
+    auto copy = bytes;
+    copy[at] ^= std::byte{0x5a};
+    auto r = deserialize_plan(copy);
+    ASSERT_FALSE(r.is_ok()) << "byte " << at;
+    EXPECT_NE(r.status().message().find("plan"), std::string::npos);
+  }
+}
+
+TEST(PlanFile, BadMagicAndVersion) {
+  auto bytes = serialize_plan(small_plan());
+  auto copy = bytes;
+  copy[0] = std::byte{'X'};
+  auto r = deserialize_plan(copy);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("magic"), std::string::npos);
+  copy = bytes;
+  copy[8] = std::byte{99};
+  r = deserialize_plan(copy);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("version 99"), std::string::npos);
+}
+
+// A header that parses and carries a valid checksum but points outside the weights or at
+// missing values is still refused.
+TEST(PlanFile, InconsistentHeaderWithValidChecksumIsRefused) {
+  Plan plan = small_plan();
+  plan.steps[2].inputs = {42};
+  auto r = deserialize_plan(serialize_plan(plan));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidFile);
+  EXPECT_NE(r.status().message().find("reads value 42"), std::string::npos) << r.status().message();
+
+  plan = small_plan();
+  plan.weights[0].shape = Shape{16, 3, 3, 9};
+  r = deserialize_plan(serialize_plan(plan));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("conv.w"), std::string::npos) << r.status().message();
+}
+
+TEST(PlanFile, RandomGarbageIsRefused) {
+  std::vector<std::byte> junk(4096);
+  uint32_t s = 12345;
+  for (auto& b : junk) {
+    s = s * 1664525u + 1013904223u;
+    b = static_cast<std::byte>(s >> 24);
+  }
+  std::memcpy(junk.data(), kPlanMagic, 8);
+  junk[8] = std::byte{1};
+  junk[9] = junk[10] = junk[11] = std::byte{0};
+  EXPECT_FALSE(deserialize_plan(junk).is_ok());
+}
+
+TEST(PlanFile, SaveAndLoadThroughAFile) {
+  const auto path = std::filesystem::temp_directory_path() / "gpulab_plan_file_test.plan";
+  ASSERT_TRUE(save_plan(small_plan(), path).is_ok());
+  auto back = load_plan(path);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->steps.size(), 5u);
+  std::filesystem::remove(path);
+  auto missing = load_plan(path);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST(PlanTarget, OtherArchitectureOrLibraryIsRefused) {
+  const PlanTarget built{"NVIDIA H200", 90, 13000, 91900, 130100};
+  EXPECT_TRUE(check_plan_target(built, built).is_ok());
+  PlanTarget other_board = built;
+  other_board.gpu_name = "NVIDIA H100 80GB HBM3";
+  EXPECT_TRUE(check_plan_target(built, other_board).is_ok());
+  PlanTarget ampere = built;
+  ampere.compute_capability = 80;
+  auto s = check_plan_target(built, ampere);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("sm_90"), std::string::npos);
+  EXPECT_NE(s.message().find("sm_80"), std::string::npos);
+  PlanTarget new_cudnn = built;
+  new_cudnn.cudnn_version = 92000;
+  s = check_plan_target(built, new_cudnn);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("92000"), std::string::npos);
+}
+
+TEST(Precision, NamesRoundTrip) {
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+    auto back = parse_precision(precision_name(p));
+    ASSERT_TRUE(back.is_ok());
+    EXPECT_EQ(*back, p);
+  }
+  EXPECT_FALSE(parse_precision("int4").is_ok());
+  EXPECT_EQ(storage_dtype(Precision::kTf32), DataType::kFloat32);
+  EXPECT_EQ(storage_dtype(Precision::kBf16), DataType::kBFloat16);
+}
+
+}  // namespace
+}  // namespace gpulab
