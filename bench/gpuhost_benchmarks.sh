@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# What gpulab measures on the GPU host, in one call inside a time budget: build (gpuhost preset),
+# the gpu-labelled tests, the precision-agreement check on the ImageNet sample set, `gpulab bench`
+# on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
+# Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
+#   OUT=dir STAGES="tests accuracy bench compare compile" bash bench/gpuhost_benchmarks.sh [budget_s]
+# The data set is read from $GPULAB_DATASET_DIR (default .gpuhost/data/imagenet-sample-256).
+set -uo pipefail
+budget=${1:-540}
+stages=" ${STAGES:-tests accuracy bench compare} "
+start=$(date +%s)
+left() { echo $((budget - ($(date +%s) - start))); }
+has() { [[ "$stages" == *" $1 "* ]]; }
+out=${OUT:-gpuhost-logs}
+build=${BUILD_DIR:-build/gpuhost}
+mkdir -p "$out"
+export GPULAB_DATASET_DIR=${GPULAB_DATASET_DIR:-$PWD/.gpuhost/data/imagenet-sample-256}
+
+# cpp-httplib's pkg-config file names brotli/openssl .pc files the host may lack; stub them
+# (they only matter for static linking).
+stub=/tmp/gpulab-pcstub
+mkdir -p "$stub"
+pc=/opt/gpuhost/usr/lib/x86_64-linux-gnu/pkgconfig:/opt/gpuhost/usr/share/pkgconfig
+for m in libbrotlicommon libbrotlidec libbrotlienc openssl zlib; do
+  PKG_CONFIG_PATH=$pc:${PKG_CONFIG_PATH:-} pkg-config --exists "$m" ||
+    printf 'Name: %s\nDescription: stub\nVersion: 3.0.0\n' "$m" > "$stub/$m.pc"
+done
+export PKG_CONFIG_PATH=$pc:$stub${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+fe="${GPUHOST_PIP:-}/include"
+[ -f "$fe/cudnn_frontend.h" ] || fe="$PWD/.gpuhost/cudnn_frontend/include"  # headers carried without the wheel
+[ -f "$fe/cudnn_frontend.h" ] || fe=""
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv \
+  | tee "$out/gpu.txt"
+timeout 120 cmake --preset gpuhost -G Ninja -B "$build" ${fe:+-DGPULAB_CUDNN_FRONTEND_INCLUDE_DIR=$fe} \
+  > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+(PYTHONUNBUFFERED=1 timeout 300 python3 tests/fixtures/make_model_fixtures.py --out "$build/fixtures" \
+  > "$out/fixtures.log" 2>&1) &
+fixtures=$!
+timeout $(($(left) - 60)) cmake --build "$build" -j"$(nproc)" -- -k 0 > "$out/build.log" 2>&1 ||
+  { echo "build failed:"; grep -E "error|FAILED" "$out/build.log" | head -20; }
+echo "built at $(($(date +%s) - start)) s"
+wait "$fixtures"
+tail -1 "$out/fixtures.log"
+gpulab=$build/gpulab
+r18=$build/fixtures/resnet18.onnx
+mnv2=models/mobilenet_v2_1.0_224.onnx
+
+if has tests; then
+  timeout $(($(left) * 2 / 5)) ctest --test-dir "$build" -L gpu -E AccuracyGpu --output-on-failure --timeout 200 \
+    > "$out/ctest_gpu.log" 2>&1
+  echo "gpu tests done at $(($(date +%s) - start)) s"
+  grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|\(Failed\)|\(Skipped\)" "$out/ctest_gpu.log" | head -30
+fi
+if has accuracy; then
+  timeout 150 "$build/tests/gpu/accuracy/accuracy_gpu_test" 2>&1 | tee "$out/accuracy.log" | grep -vE "^\[ (RUN|  +OK) "
+fi
+if has bench; then
+  # GPU compute time (inputs already on the device), CUDA graphs, median; one timing cache.
+  for cfg in "$r18 fp16 256" "$r18 fp16 1" "$r18 fp32 256" "$r18 tf32 256" "$r18 bf16 256" \
+    "$mnv2 fp16 256" "$mnv2 fp16 1" "$mnv2 fp32 256" "$mnv2 bf16 256"; do
+    set -- $cfg
+    [ "$(left)" -lt 90 ] && break
+    name=$(basename "$1" .onnx)_$2_b$3
+    timeout 60 "$gpulab" bench --model "$1" --precision "$2" --batch "$3" --min-duration-s 1 \
+      --no-include-transfers --cuda-graph --timing-cache /tmp/gpulab-timing-cache.json \
+      --json "$out/bench_$name.json" > "$out/bench_$name.txt" 2>&1
+    echo "$name rc=$? $(grep -iE "gpu compute|throughput" "$out/bench_$name.txt" | head -2 | tr -s ' ' | tr '\n' ' ')"
+  done
+  [ "$(left)" -gt 60 ] && timeout 50 "$gpulab" bench --model "$r18" --precision fp16 --batch 256 --profile \
+    --timing-cache /tmp/gpulab-timing-cache.json > "$out/profile_resnet18_fp16_b256.txt" 2>&1
+fi
+if has compare; then
+  for m in "$r18" "$mnv2"; do
+    [ "$(left)" -lt 40 ] && break
+    timeout $(($(left) - 20)) python3 bench/compare_pytorch.py "$m" --gpulab "$gpulab" --modes eager,graph,gpulab \
+      --batch 1,256 --precision fp32,tf32,fp16,bf16 --json "$out/compare_$(basename "$m" .onnx).json" \
+      > "$out/compare_$(basename "$m" .onnx).txt" 2>&1
+    tail -22 "$out/compare_$(basename "$m" .onnx).txt"
+  done
+fi
+if has compile; then
+  timeout $(($(left) - 10)) python3 bench/compare_pytorch.py "$r18" --gpulab "$gpulab" --modes eager,graph,compile,gpulab \
+    --batch 256,1 --precision fp16 --json "$out/compare_compile_resnet18.json" > "$out/compare_compile_resnet18.txt" 2>&1
+  tail -12 "$out/compare_compile_resnet18.txt"
+fi
+echo "end at $(($(date +%s) - start)) s"
