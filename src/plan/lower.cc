@@ -3,9 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <utility>
+#include <variant>
 
+#include "core/log.h"
 #include "gpulab/version.h"
 #include "graph/cost.h"
 
@@ -46,6 +51,28 @@ uint16_t float_to_bf16_bits(float f) {
   x += 0x7fffu + lsb;
   return static_cast<uint16_t>(x >> 16);
 }
+
+float half_bits_to_float(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1u;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  float v;
+  if (exp == 0) {
+    v = std::ldexp(static_cast<float>(mant), -24);  // subnormal: mant * 2^-24
+  } else if (exp == 31) {
+    v = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else {
+    v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
+  }
+  return sign ? -v : v;
+}
+
+float bf16_bits_to_float(uint16_t b) {
+  const uint32_t x = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
 }  // namespace
 
 std::vector<std::byte> convert_floats(std::span<const float> values, DataType dtype) {
@@ -62,10 +89,49 @@ std::vector<std::byte> convert_floats(std::span<const float> values, DataType dt
   return out;
 }
 
+std::vector<float> floats_from_bytes(std::span<const std::byte> bytes, DataType dtype) {
+  if (dtype == DataType::kFloat32) {
+    std::vector<float> out(bytes.size() / 4);
+    if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * 4);
+    return out;
+  }
+  if (dtype != DataType::kFloat16 && dtype != DataType::kBFloat16) return {};
+  std::vector<float> out(bytes.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, bytes.data() + 2 * i, 2);
+    out[i] = dtype == DataType::kFloat16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
+  }
+  return out;
+}
+
+float round_to_dtype(float value, DataType dtype) {
+  if (dtype == DataType::kFloat16) return half_bits_to_float(float_to_half_bits(value));
+  if (dtype == DataType::kBFloat16) return bf16_bits_to_float(float_to_bf16_bits(value));
+  return value;
+}
+
 int64_t padded_input_channels(int64_t channels, Precision precision) {
   const int64_t multiple = storage_dtype(precision) == DataType::kFloat32 ? 4 : 8;
   if (channels >= 8) return channels;
   return (channels + multiple - 1) / multiple * multiple;
+}
+
+std::map<std::string, Precision> default_layer_precision(const Graph& graph, Precision precision) {
+  std::map<std::string, Precision> out;
+  if (precision != Precision::kBf16) return out;
+  for (const Node& node : graph.nodes) {
+    if (node.op != OpType::kConv || !std::holds_alternative<ConvAttrs>(node.attrs)) continue;
+    const auto& a = node.attr<ConvAttrs>();
+    const ValueInfo* y = graph.value(node.outputs[0]);
+    const bool feature_map = y && y->shape.rank() == 4 && y->shape[2] * y->shape[3] > 1;
+    // TF32, not FP32: the error comes from rounding these layers' weights to BF16's 8 significant
+    // bits (9 taps per depthwise output do not average it out; projections feed the residual
+    // stream); TF32 keeps 11, with FP32 storage, and still runs on the tensor cores, where FP32
+    // arithmetic would run these 46% of MobileNetV2's FLOPs on the CUDA cores.
+    if (a.groups > 1 || (a.activation == Activation::kNone && feature_map)) out[node.name] = Precision::kTf32;
+  }
+  return out;
 }
 
 namespace {
@@ -77,6 +143,8 @@ struct Lowering {
   Plan plan;
   std::map<std::string, int> value_of;  // graph value name -> plan value index
   DataType dtype;
+  std::map<std::string, Precision> policy;        // default_layer_precision()
+  std::map<std::pair<int, DataType>, int> casts;  // (value, dtype) -> its kCast copy
 
   Status unsupported(const Node& node, const std::string& what) {
     return Status::unsupported(
@@ -93,13 +161,14 @@ struct Lowering {
   }
 
   // A new NHWC value for the graph value `name` (shape [N, C, H, W] or [N, C]).
-  Result<int> add_value(const Node& node, const std::string& name) {
+  Result<int> add_value(const Node& node, const std::string& name) { return add_value(node, name, dtype); }
+  Result<int> add_value(const Node& node, const std::string& name, DataType type) {
     const ValueInfo* info = graph.value(name);
     if (!info) return unsupported(node, "output '" + name + "' has no inferred shape");
     const auto& d = info->shape.dims;
     PlanValue v;
     v.name = name;
-    v.dtype = dtype;
+    v.dtype = type;
     if (d.size() == 4) {
       v.c = v.c_valid = d[1];
       v.h = d[2];
@@ -126,28 +195,41 @@ struct Lowering {
     return static_cast<int>(plan.weights.size()) - 1;
   }
 
-  // The precision of a layer: its --layer-precision override, else the plan's.
+  // The precision of a layer: its --layer-precision override, else the precision policy's
+  // choice, else the plan's.
   Precision layer_precision(const Node& node) const {
-    auto it = options.layer_precision.find(node.name);
-    return it == options.layer_precision.end() ? options.precision : it->second;
+    if (auto it = options.layer_precision.find(node.name); it != options.layer_precision.end())
+      return it->second;
+    if (auto it = policy.find(node.name); it != policy.end()) return it->second;
+    return options.precision;
   }
 
-  // A copy of value `v` converted to `type` (a kCast step), or `v` itself when it has that type.
-  int cast_value(const Node& node, int v, DataType type, const std::string& suffix) {
+  // Value `v` in `type`: `v` itself when it has that type, else one kCast step's output, made on
+  // first use and shared by every later reader (a float32 value a layer wrote is read as is by
+  // the float32 layers after it, never rounded to the plan's dtype and widened again).
+  int value_as(const Node& node, int v, DataType type) {
     if (plan.values[v].dtype == type) return v;
+    if (auto it = casts.find({v, type}); it != casts.end()) return it->second;
     PlanValue copy = plan.values[v];
-    copy.name = copy.name + suffix;
+    copy.name = copy.name + ".to_" + std::string(dtype_name(type));
     copy.dtype = type;
     plan.values.push_back(copy);
     const int out = static_cast<int>(plan.values.size()) - 1;
     PlanStep st;
     st.kind = StepKind::kCast;
-    st.name = node.name + suffix;
+    st.name = node.name + ".cast_" + std::string(dtype_name(type));
     st.inputs = {v};
     st.output = out;
     st.precision = options.precision;
     plan.steps.push_back(std::move(st));
+    casts[{v, type}] = out;
+    casts[{out, plan.values[v].dtype}] = v;
     return out;
+  }
+  // The node's input `i` as a value of the plan's storage dtype.
+  Result<int> plan_input(const Node& node, size_t i) {
+    GPULAB_ASSIGN_OR_RETURN(int v, input_value(node, i));
+    return value_as(node, v, dtype);
   }
 
   PlanStep step(StepKind kind, const Node& node) {
@@ -180,8 +262,8 @@ struct Lowering {
         for (int64_t ri = 0; ri < r; ++ri)
           for (int64_t si = 0; si < s; ++si)
             krsc[((ko * r + ri) * s + si) * c_stored + ci] = src[((ko * cg + ci) * r + ri) * s + si];
-    // A per-layer override to FP32/TF32 in an FP16/BF16 plan runs the layer on float32 copies
-    // of its inputs (kCast steps) and casts its output back.
+    // A layer in FP32/TF32 in an FP16/BF16 plan reads float32 copies of its inputs (kCast
+    // steps) and writes a float32 value; readers of another dtype get a cast of it.
     const Precision precision = layer_precision(node);
     const DataType layer_dtype = storage_dtype(precision);
     if (layer_dtype != dtype && layer_dtype != DataType::kFloat32)
@@ -191,7 +273,7 @@ struct Lowering {
     PlanStep st = step(StepKind::kConv, node);
     st.precision = precision;
     st.conv = attrs;
-    st.inputs = {cast_value(node, x, layer_dtype, ".in_" + std::string(precision_name(precision)))};
+    st.inputs = {value_as(node, x, layer_dtype)};
     st.weight = add_weight(node.input(1), Shape{k, r, s, c_stored}, krsc, layer_dtype);
     if (node.has_input(2)) {
       const Tensor* b = graph.initializer(node.input(2));
@@ -201,10 +283,9 @@ struct Lowering {
     }
     if (attrs.has_residual) {
       GPULAB_ASSIGN_OR_RETURN(int res, input_value(node, 3));
-      st.inputs.push_back(
-          cast_value(node, res, layer_dtype, ".res_" + std::string(precision_name(precision))));
+      st.inputs.push_back(value_as(node, res, layer_dtype));
     }
-    GPULAB_ASSIGN_OR_RETURN(int y_index, add_value(node, node.outputs[0]));
+    GPULAB_ASSIGN_OR_RETURN(int y_index, add_value(node, node.outputs[0], layer_dtype));
     const PlanValue y = plan.values[y_index];
     if (y.c != k) return unsupported(node, fmt::format("output has {} channels, weight {}", y.c, k));
     if (attrs.has_residual) {
@@ -212,30 +293,13 @@ struct Lowering {
       if (rv.h != y.h || rv.w != y.w || rv.c != y.c)
         return unsupported(node, "residual shape differs from output");
     }
-    if (layer_dtype == dtype) {
-      st.output = y_index;
-      plan.steps.push_back(std::move(st));
-      return Status::ok();
-    }
-    PlanValue wide = y;
-    wide.name = y.name + ".out_" + std::string(precision_name(precision));
-    wide.dtype = layer_dtype;
-    plan.values.push_back(wide);
-    st.output = static_cast<int>(plan.values.size()) - 1;
-    const int wide_index = st.output;
+    st.output = y_index;
     plan.steps.push_back(std::move(st));
-    PlanStep back;
-    back.kind = StepKind::kCast;
-    back.name = node.name + ".out";
-    back.inputs = {wide_index};
-    back.output = y_index;
-    back.precision = options.precision;
-    plan.steps.push_back(std::move(back));
     return Status::ok();
   }
 
   Status lower_gemm(const Node& node) {
-    GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+    GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, 0));
     const auto& a = node.attr<GemmAttrs>();
     const PlanValue xin = plan.values[x];
     if (a.trans_a) return unsupported(node, "transA = 1");
@@ -275,7 +339,7 @@ struct Lowering {
       case OpType::kGemm: return lower_gemm(node);
       case OpType::kMaxPool:
       case OpType::kAveragePool: {
-        GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+        GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, 0));
         PlanStep st = step(node.op == OpType::kMaxPool ? StepKind::kMaxPool : StepKind::kAveragePool, node);
         st.pool = node.attr<PoolAttrs>();
         st.inputs = {x};
@@ -285,7 +349,7 @@ struct Lowering {
         return Status::ok();
       }
       case OpType::kGlobalAveragePool: {
-        GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+        GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, 0));
         PlanStep st = step(StepKind::kGlobalAveragePool, node);
         st.inputs = {x};
         GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
@@ -295,7 +359,7 @@ struct Lowering {
       }
       case OpType::kRelu:
       case OpType::kClip: {
-        GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+        GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, 0));
         PlanStep st = step(StepKind::kActivation, node);
         st.inputs = {x};
         if (node.op == OpType::kRelu) {
@@ -311,8 +375,8 @@ struct Lowering {
         return Status::ok();
       }
       case OpType::kAdd: {
-        GPULAB_ASSIGN_OR_RETURN(int a, input_value(node, 0));
-        GPULAB_ASSIGN_OR_RETURN(int b, input_value(node, 1));
+        GPULAB_ASSIGN_OR_RETURN(int a, plan_input(node, 0));
+        GPULAB_ASSIGN_OR_RETURN(int b, plan_input(node, 1));
         const auto &va = plan.values[a], &vb = plan.values[b];
         if (va.h != vb.h || va.w != vb.w || va.c != vb.c) return unsupported(node, "broadcasting Add");
         PlanStep st = step(StepKind::kAdd, node);
@@ -354,6 +418,7 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
                     "classifiers with one of each.",
                     graph.inputs.size(), graph.outputs.size()));
   Lowering low(graph, options);
+  low.policy = default_layer_precision(graph, options.precision);
   Plan& plan = low.plan;
   plan.gpulab_version = GPULAB_VERSION;
   plan.precision = options.precision;
@@ -389,6 +454,23 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
                       name, precision_name(precision)));
   }
   for (const Node& node : graph.nodes) GPULAB_TRY(low.lower_node(node));
+  if (!low.policy.empty()) {
+    int64_t applied = 0, extra_bytes = 0;
+    for (const auto& [name, precision] : low.policy) {
+      if (options.layer_precision.contains(name)) continue;
+      ++applied;
+      for (const PlanStep& s : plan.steps)
+        if (s.name == name && s.kind == StepKind::kConv) {
+          if (s.weight >= 0) extra_bytes += static_cast<int64_t>(plan.weights[s.weight].bytes.size()) / 2;
+          if (s.bias >= 0) extra_bytes += static_cast<int64_t>(plan.weights[s.bias].bytes.size()) / 2;
+        }
+    }
+    log_info(
+        "plan: {} precision policy: {} depthwise and linear-bottleneck convolutions run in fp32 "
+        "(+{:.2f} MiB of weights); --layer-precision NAME={} keeps one in {}",
+        precision_name(options.precision), applied, extra_bytes / 1048576.0,
+        precision_name(options.precision), precision_name(options.precision));
+  }
   auto out = low.value_of.find(graph.outputs[0]);
   if (out == low.value_of.end())
     return Status::unsupported("plan: the output '" + graph.outputs[0] + "' is not computed on the GPU.");

@@ -87,6 +87,8 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       form.fused = fused;
       auto conv = cuda::CudnnConv::with_candidates(libs.cudnn(), form);
       if (conv.is_ok()) {
+        log_info("tactics: {} ({}): {} cuDNN candidates", step.name, fused ? "fused" : "unfused",
+                 (*conv)->candidate_count());
         forms.push_back(std::move(conv).value());
       } else {
         log_info("tactics: {} ({}): {}", step.name, fused ? "fused" : "unfused", conv.status().message());
@@ -127,20 +129,31 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
 
     double best_ms = 1e30;
     std::string best;
+    int rejected = 0, over_workspace = 0, failed = 0;  // why candidates did not get timed
     for (auto& conv : forms) {
       const int64_t n =
           std::min(conv->candidate_count(), conv->fused() ? kMaxFusedCandidates : kMaxUnfusedCandidates);
       for (int64_t i = 0; i < n; ++i) {
-        if (!conv->select(i).is_ok()) continue;
+        if (!conv->select(i).is_ok()) {
+          ++rejected;
+          continue;
+        }
         const int64_t ws_bytes = conv->workspace_bytes();
-        if (ws_bytes > kMaxWorkspaceBytes) continue;
+        if (ws_bytes > kMaxWorkspaceBytes) {
+          ++over_workspace;
+          continue;
+        }
         GPULAB_TRY(ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
         auto run = [&] {
           return launch_conv_step(problem, conv.get(), libs.cudnn(), ptrs, ws.buffer.get(), stream);
         };
-        if (!run().is_ok()) continue;
+        if (!run().is_ok()) {
+          ++failed;
+          continue;
+        }
         if (cudaStreamSynchronize(stream) != cudaSuccess) {
           cudaGetLastError();
+          ++failed;
           continue;
         }
         std::vector<float> times;
@@ -165,6 +178,10 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       }
     }
     if (best.empty()) {
+      log_info(
+          "tactics: {}: no cuDNN candidate ran ({} rejected when built, {} over the {} MiB workspace "
+          "limit, {} failed to run); using the direct convolution",
+          step.name, rejected, over_workspace, kMaxWorkspaceBytes >> 20, failed);
       step.tactic = "direct";
       ++report.fallback_layers;
       continue;

@@ -62,9 +62,10 @@ void add_build_command(CLI::App& app) {
     const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (Status s = (*engine)->save(opts->output); !s.is_ok()) return report(s);
     const EngineInfo& info = (*engine)->info();
-    fmt::print("{:<28} {:<15} {:>12} {}\n", "layer", "kind", "GFLOP/img", "tactic");
+    fmt::print("{:<28} {:<15} {:<9} {:>12} {}\n", "layer", "kind", "precision", "GFLOP/img", "tactic");
     for (const auto& l : info.layers)
-      fmt::print("{:<28} {:<15} {:>12.4f} {}\n", l.name, l.kind, l.flops_per_image / 1e9, l.tactic);
+      fmt::print("{:<28} {:<15} {:<9} {:>12.4f} {}\n", l.name, l.kind, precision_name(l.precision),
+                 l.flops_per_image / 1e9, l.tactic);
     fmt::print("\nplan      {}\nGPU       {} (sm_{})\nprecision {}\nmax batch {}\n", opts->output,
                info.gpu_name, info.compute_capability, precision_name(info.precision), info.max_batch);
     fmt::print("weights   {:.2f} MiB\narena     {:.2f} MiB per context at max batch\nbuild     {:.2f} s\n",

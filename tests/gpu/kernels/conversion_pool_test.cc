@@ -21,9 +21,16 @@ using testing::round_to;
 
 // ---- conversion --------------------------------------------------------------------------------
 
-void check_nchw_to_nhwc(int64_t n, int64_t c, int64_t h, int64_t w, int64_t c_out, DataType dtype) {
+// `bytes` of DeviceBuffer's poison (0xFF), to upload as an output buffer at an offset.
+std::vector<std::byte> poison_bytes(size_t bytes) {
+  return std::vector<std::byte>(bytes, std::byte{0xFF});
+}
+
+void check_nchw_to_nhwc(int64_t n, int64_t c, int64_t h, int64_t w, int64_t c_out, DataType dtype,
+                        size_t x_offset_bytes = 0, size_t y_offset_bytes = 0) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n" << n << " c" << c << " " << h << "x" << w
-                                    << " c_out " << c_out);
+                                    << " c_out " << c_out << " x offset " << x_offset_bytes << " y offset "
+                                    << y_offset_bytes);
   const std::vector<float> x = random_values(n * c * h * w, 11);
   std::vector<float> expected(n * h * w * c_out, 0.0f);
   for (int64_t in = 0; in < n; ++in)
@@ -32,8 +39,8 @@ void check_nchw_to_nhwc(int64_t n, int64_t c, int64_t h, int64_t w, int64_t c_ou
         expected[(in * h * w + p) * c_out + ic] = x[(in * c + ic) * h * w + p];
   expected = round_to(expected, dtype);
 
-  DeviceBuffer dx(encode(x, DataType::kFloat32));
-  DeviceBuffer dy(expected.size() * dtype_size(dtype));
+  DeviceBuffer dx(encode(x, DataType::kFloat32), x_offset_bytes);
+  DeviceBuffer dy(poison_bytes(expected.size() * dtype_size(dtype)), y_offset_bytes);
   const NchwToNhwcDesc desc{.n = n, .c = c, .h = h, .w = w, .c_out = c_out, .dtype = dtype};
   ASSERT_TRUE(launch_nchw_to_nhwc(desc, dx.get(), dy.get(), nullptr).is_ok());
   expect_synced();
@@ -52,9 +59,36 @@ TEST(ConvertKernels, NchwFloatToNhwcWithChannelPadding) {
   }
 }
 
-void check_normalize_u8(int64_t n, int64_t h, int64_t w, int64_t c, int64_t c_out, DataType dtype) {
+TEST(ConvertKernels, NchwToNhwcBatchOneAndRaggedShapes) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  for (DataType dtype : float_types()) {
+    check_nchw_to_nhwc(1, 3, 224, 224, 8, dtype);  // ResNet-18 input at batch 1, the engine's padding
+    check_nchw_to_nhwc(1, 3, 224, 224, 3, dtype);
+    check_nchw_to_nhwc(20, 3, 6, 10, 8, dtype);  // w % 4 != 0 but h*w % 4 == 0: tiles span images
+    check_nchw_to_nhwc(1, 3, 7, 5, 4, dtype);    // h*w % 4 != 0: scalar loads, one partial tile
+    check_nchw_to_nhwc(3, 3, 31, 17, 3, dtype);  // last tile's output not a whole number of vectors
+    check_nchw_to_nhwc(2, 4, 13, 9, 6, dtype);   // vectors spanning pixels, c_out % 4 != 0
+    check_nchw_to_nhwc(2, 8, 12, 12, 8, dtype);  // the most channels the staged kernel takes
+  }
+}
+
+TEST(ConvertKernels, NchwToNhwcUnalignedPointersAndManyChannels) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  for (DataType dtype : float_types()) {
+    const size_t elem = dtype_size(dtype);
+    check_nchw_to_nhwc(2, 3, 16, 16, 8, dtype, /*x_offset_bytes=*/4, /*y_offset_bytes=*/0);
+    check_nchw_to_nhwc(2, 3, 16, 16, 8, dtype, /*x_offset_bytes=*/0, /*y_offset_bytes=*/elem);
+    check_nchw_to_nhwc(1, 3, 9, 11, 4, dtype, /*x_offset_bytes=*/8, /*y_offset_bytes=*/3 * elem);
+    check_nchw_to_nhwc(2, 12, 5, 6, 16, dtype);  // c > 8: the one-thread-per-pixel kernel
+    check_nchw_to_nhwc(1, 3, 4, 4, 70, dtype);   // c_out > 64: likewise
+  }
+}
+
+void check_normalize_u8(int64_t n, int64_t h, int64_t w, int64_t c, int64_t c_out, DataType dtype,
+                        size_t x_offset_bytes = 0, size_t y_offset_bytes = 0) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n" << n << " " << h << "x" << w << "x" << c
-                                    << " c_out " << c_out);
+                                    << " c_out " << c_out << " x offset " << x_offset_bytes << " y offset "
+                                    << y_offset_bytes);
   const NormalizeU8Desc desc{.n = n,
                              .h = h,
                              .w = w,
@@ -73,8 +107,8 @@ void check_normalize_u8(int64_t n, int64_t h, int64_t w, int64_t c, int64_t c_ou
       expected[p * c_out + ic] = static_cast<float>((v - desc.mean[ic]) / desc.std[ic]);
     }
 
-  DeviceBuffer dx(x);
-  DeviceBuffer dy(expected.size() * dtype_size(dtype));
+  DeviceBuffer dx(x, x_offset_bytes);
+  DeviceBuffer dy(poison_bytes(expected.size() * dtype_size(dtype)), y_offset_bytes);
   ASSERT_TRUE(launch_normalize_u8(desc, dx.get(), dy.get(), nullptr).is_ok());
   expect_synced();
   const std::vector<float> y = decode(dy.download(), dtype);
@@ -92,6 +126,18 @@ TEST(ConvertKernels, NormalizeUint8ImagesWithChannelPadding) {
     check_normalize_u8(1, 33, 19, 3, 8, dtype);
     check_normalize_u8(3, 10, 10, 1, 1, dtype);
     check_normalize_u8(1, 9, 9, 4, 4, dtype);
+    check_normalize_u8(1, 224, 224, 3, 8, dtype);  // batch 1 with the engine's padding
+    check_normalize_u8(2, 7, 5, 3, 3, dtype);      // partial tile, odd byte count
+  }
+}
+
+TEST(ConvertKernels, NormalizeUint8UnalignedPointersAndWideOutput) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  for (DataType dtype : float_types()) {
+    const size_t elem = dtype_size(dtype);
+    check_normalize_u8(2, 16, 16, 3, 8, dtype, /*x_offset_bytes=*/1, /*y_offset_bytes=*/0);
+    check_normalize_u8(2, 16, 16, 3, 8, dtype, /*x_offset_bytes=*/0, /*y_offset_bytes=*/elem);
+    check_normalize_u8(1, 6, 7, 3, 70, dtype);  // c_out > 64: the one-thread-per-pixel kernel
   }
 }
 

@@ -11,9 +11,9 @@
 #include "backends/reference/reference_executor.h"
 #include "onnx/onnx_import.h"
 #include "passes/passes.h"
+#include "plan/interpret.h"
 #include "plan/lower.h"
 #include "plan/memory_plan.h"
-#include "plan_interpreter.h"
 #include "test_support.h"
 
 namespace gpulab {
@@ -57,8 +57,9 @@ void check_model(const std::string& file) {
   auto ref = exec->run(std::vector<Tensor>{input});
   ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
   const std::vector<float> in(input.f32().begin(), input.f32().end());
-  const auto got = testing::interpret_plan(*back, in, batch);
-  const ErrorStats e = compare(got, (*ref)[0].f32());
+  const auto got = interpret_plan(*back, in, batch);
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  const ErrorStats e = compare(*got, (*ref)[0].f32());
   EXPECT_LE(e.rel_l2, 1e-5) << file;
   std::printf("[ plan  ] %s: %zu steps, %zu weights (%.1f MiB), arena %.1f MiB at batch 2, rel L2 %.2e\n",
               file.c_str(), back->steps.size(), back->weights.size(), back->weights_bytes() / 1048576.0,

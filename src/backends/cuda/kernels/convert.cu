@@ -6,27 +6,158 @@
  *                     x * scale[c] + shift[c] with scale = 1 / (255 std), shift = -mean / std,
  *                     channels [c, c_out) zero.
  *   nhwc_to_nchw_f32: NHWC of T (channel stride c_stored) -> float32 NCHW; h = w = 1 is a cast.
- * Layout: dense tensors. The two input conversions give each thread one pixel (all its c_out
- *   channels): channel-plane reads are coalesced across a warp and its writes fill one contiguous
- *   run. They suit the few channels of images; c_out is bounded only by the caller's padding.
+ * Layout: dense tensors.
+ *   The two input conversions are staged through shared memory, one tile of kTilePixels = 512
+ *   consecutive pixels of the flattened n*h*w axis at a time:
+ *   1. load the tile's input into shared memory with 16-byte loads. NCHW: per channel plane, each
+ *      thread reads one float4 (4 consecutive pixels of one image), so a warp reads 512
+ *      contiguous bytes of a plane; the tile may span two images. uint8 NHWC: the tile's input is
+ *      one contiguous run of 512 * c bytes, read as uint4.
+ *   2. store: the tile's output, [512 pixels, c_out] of T, is one contiguous run too. Each thread
+ *      assembles 16-byte vectors of it (kVec<T> elements: 8 halves = one fp16 pixel with
+ *      c_out = 8) from shared memory, zeros in the padding channels, so a warp writes 512
+ *      contiguous bytes per store instruction.
+ *   Scalar paths, picked per launch: loads when h*w % 4 != 0 (NCHW) or x is not 16-byte aligned;
+ *   stores when y is not 16-byte aligned; the last partial vector of the last tile is stored
+ *   element by element. NCHW inputs with more than kMaxStagedChannels channels or any input with
+ *   c_out > kMaxStagedChannelsOut (no image has them) take a one-thread-per-pixel kernel.
  *   NHWC -> NCHW with h*w > 1 goes through a 32x32 shared-memory tile so that both the reads and
  *   the writes are coalesced.
- * Launch: grid-stride loops, 256 threads per block; the tiled transpose uses 32x8 threads per
- *   32x32 tile and loops over batch and tile rows beyond the grid limits.
+ * Launch: the input conversions use kStageThreads = 128 threads per block (4 pixels each in the
+ *   load), one tile per block and a grid of ceil(pixels / 512) blocks (a grid-stride loop covers
+ *   the rest beyond 2^31 - 1 blocks); 512-pixel tiles keep ResNet-18's batch 1 (98 tiles) spread
+ *   over most of an H200's 132 SMs. nchw_to_nhwc: <= 40 registers, c * 2 KB of shared memory,
+ *   12 blocks (1536 threads) per SM; normalize_u8: <= 32 registers, 2 KB of shared memory. The
+ *   fallbacks and the cast use grid-stride loops of 256 threads; the tiled transpose uses 32x8
+ *   threads per 32x32 tile and loops over batch and tile rows beyond the grid limits.
+ * Expected time: memory-bound, bytes / 4.2 TB/s (the H200's measured device bandwidth; nothing
+ *   is read twice). ResNet-18 input at batch 256, float32 [256, 3, 224, 224] -> fp16 NHWC
+ *   c_out 8: 154 MB read + 206 MB written = 360 MB, ~0.086 ms (the former one-thread-per-pixel
+ *   kernel took 0.393 ms, 916 GB/s). normalize_u8 to fp16 c_out 8 at batch 256: 38.5 + 206 MB,
+ *   ~0.058 ms. Batch 1: 1.4 MB, ~0.3 us of traffic, so the launch latency (a few us) dominates.
+ *   bench/kernels/convert_bench measures both.
  * Tolerance vs the reference: float32 within 1e-6 relative (one fma differs from divide-subtract);
- *   float16/bfloat16 exactly the round-to-nearest-even of the float32 value.
+ *   float16/bfloat16 exactly the round-to-nearest-even of the float32 value. nchw_to_nhwc is
+ *   exact: values pass through shared memory as float32 and are rounded once.
  */
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/kernels.h"
 
 namespace gpulab::kernels {
 namespace {
 
-// One thread per pixel: the reads of each channel plane are coalesced across the warp, and a
-// warp's writes fill one contiguous run of 32 * c_out elements.
+// ---- input conversions: tiles staged in shared memory ------------------------------------------
+
+constexpr int kStageThreads = 128;
+constexpr int kTilePixels = 4 * kStageThreads;  // one float4 of pixels per thread and plane
+// Bounds of the staged kernels: 8 float32 planes of a tile are 16 KB of shared memory; 64
+// output channels keep a tile's output (512 * 64 elements) within int indexing.
+constexpr int kMaxStagedChannels = 8;
+constexpr int kMaxStagedChannelsOut = 64;
+// Planes whose float4 loads a thread issues before storing them to shared memory (RGB in one go).
+constexpr int kLoadBatch = 4;
+
+// Stores one tile's output, y[npix, c_out] of T (a contiguous run), taking channel ch < c of
+// tile pixel pix from src(pix, ch) and writing zeros for ch >= c. kVecStore: y is 16-byte aligned.
+// Called by the whole block; reads only what the block staged before its __syncthreads().
+template <typename T, bool kVecStore, typename Source>
+__device__ __forceinline__ void store_tile(T* __restrict__ y, int npix, int c, int c_out, const Source& src) {
+  const T zero = from_float<T>(0.0f);
+  const int elems = npix * c_out;
+  int scalar_from = 0;
+  if constexpr (kVecStore) {
+    constexpr int V = kVec<T>;
+    const int vectors = elems / V;
+    if (c_out % V == 0) {
+      // A vector holds channels [ch0, ch0 + V) of one pixel (fp16 with c_out = 8: one pixel).
+      for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
+        const int e = v * V, pix = e / c_out, ch0 = e - pix * c_out;
+        Vec<T, V> out;
+#pragma unroll
+        for (int k = 0; k < V; ++k) out.v[k] = ch0 + k < c ? from_float<T>(src(pix, ch0 + k)) : zero;
+        reinterpret_cast<Vec<T, V>*>(y)[v] = out;
+      }
+    } else {
+      // A vector spans pixels: walk (pix, ch) element by element.
+      for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
+        const int e = v * V;
+        int pix = e / c_out, ch = e - pix * c_out;
+        Vec<T, V> out;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          out.v[k] = ch < c ? from_float<T>(src(pix, ch)) : zero;
+          if (++ch == c_out) {
+            ch = 0;
+            ++pix;
+          }
+        }
+        reinterpret_cast<Vec<T, V>*>(y)[v] = out;
+      }
+    }
+    scalar_from = vectors * V;
+  }
+  for (int e = scalar_from + threadIdx.x; e < elems; e += blockDim.x) {
+    const int pix = e / c_out, ch = e - pix * c_out;
+    y[e] = ch < c ? from_float<T>(src(pix, ch)) : zero;
+  }
+}
+
+// x: float32 [n, c, hw]; y: [n * hw, c_out] of T; c <= kMaxStagedChannels, c_out <=
+// kMaxStagedChannelsOut. kVecLoad: hw % 4 == 0 and x 16-byte aligned. Dynamic shared memory:
+// c * kTilePixels floats, plane ch of the tile at [ch * kTilePixels, (ch + 1) * kTilePixels).
+// Launch bounds of 12 blocks per SM: ptxas then fits the kernel in 40 registers without spilling
+// (it takes 48 otherwise), so 1536 threads instead of 1280 are resident to hide memory latency.
+template <typename T, bool kVecLoad, bool kVecStore>
+__global__ void __launch_bounds__(kStageThreads, 12)
+    nchw_to_nhwc_staged_kernel(const float* __restrict__ x, T* __restrict__ y, int64_t pixels, int c,
+                               int64_t hw, int c_out) {
+  extern __shared__ float4 staged_vec[];
+  float* staged = reinterpret_cast<float*>(staged_vec);
+  const int64_t tiles = (pixels + kTilePixels - 1) / kTilePixels;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t base = tile * kTilePixels;
+    const int npix = static_cast<int>(pixels - base < kTilePixels ? pixels - base : kTilePixels);
+    if constexpr (kVecLoad) {
+      // hw % 4 == 0, so base, npix and every image start are multiples of 4: a group of 4
+      // pixels lies in one image and is 16-byte aligned in each of its planes.
+      for (int g = threadIdx.x; g < npix / 4; g += blockDim.x) {
+        const int64_t q = base + 4 * g, img = q / hw;
+        const float* xp = x + img * c * hw + (q - img * hw);
+        for (int ch0 = 0; ch0 < c; ch0 += kLoadBatch) {
+          float4 v[kLoadBatch];  // loads first, so that up to kLoadBatch requests are in flight
+#pragma unroll
+          for (int k = 0; k < kLoadBatch; ++k) {
+            if (ch0 + k < c) v[k] = *reinterpret_cast<const float4*>(xp + (ch0 + k) * hw);
+          }
+#pragma unroll
+          for (int k = 0; k < kLoadBatch; ++k) {
+            if (ch0 + k < c) staged_vec[(ch0 + k) * (kTilePixels / 4) + g] = v[k];
+          }
+        }
+      }
+    } else {
+      for (int i = threadIdx.x; i < npix; i += blockDim.x) {
+        const int64_t q = base + i, img = q / hw;
+        const float* xp = x + img * c * hw + (q - img * hw);
+        for (int ch = 0; ch < c; ++ch) staged[ch * kTilePixels + i] = xp[ch * hw];
+      }
+    }
+    __syncthreads();
+    store_tile<T, kVecStore>(y + base * c_out, npix, c, c_out,
+                             [&](int pix, int ch) { return staged[ch * kTilePixels + pix]; });
+    __syncthreads();  // the next tile overwrites the staging buffer
+  }
+}
+
+// Any c and c_out: one thread per pixel. The reads of each channel plane are coalesced across
+// the warp, and a warp's writes fill one contiguous run of 32 * c_out elements.
 template <typename T>
-__global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, T* __restrict__ y, int64_t pixels, int64_t c,
-                                    int64_t hw, int64_t c_out) {
+__global__ void nchw_to_nhwc_pixel_kernel(const float* __restrict__ x, T* __restrict__ y, int64_t pixels,
+                                          int64_t c, int64_t hw, int64_t c_out) {
   for (int64_t pixel = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; pixel < pixels;
        pixel += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t n = pixel / hw, p = pixel - n * hw;
@@ -42,19 +173,78 @@ struct NormalizeParams {
   float shift[kMaxNormalizeChannels];
 };
 
+__device__ __forceinline__ float normalize(uint8_t v, int ch, const NormalizeParams& params) {
+  return fmaf(static_cast<float>(v), params.scale[ch], params.shift[ch]);
+}
+
+// x: uint8 [pixels, c]; y: [pixels, c_out] of T; c <= kMaxNormalizeChannels, c_out <=
+// kMaxStagedChannelsOut. kVecLoad: x 16-byte aligned (a tile's input, 512 * c bytes, then starts
+// 16-byte aligned too).
+template <typename T, bool kVecLoad, bool kVecStore>
+__global__ void __launch_bounds__(kStageThreads)
+    normalize_u8_staged_kernel(const uint8_t* __restrict__ x, T* __restrict__ y, int64_t pixels, int c,
+                               int c_out, NormalizeParams params) {
+  __shared__ uint4 staged_vec[kTilePixels * kMaxNormalizeChannels / 16];
+  // The coefficients in shared memory: indexed by a run-time channel, the kernel parameter would
+  // be copied to local memory. The first tile's __syncthreads() publishes them.
+  __shared__ NormalizeParams coef;
+  if (threadIdx.x == 0) coef = params;
+  uint8_t* staged = reinterpret_cast<uint8_t*>(staged_vec);
+  const int64_t tiles = (pixels + kTilePixels - 1) / kTilePixels;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t base = tile * kTilePixels;
+    const int npix = static_cast<int>(pixels - base < kTilePixels ? pixels - base : kTilePixels);
+    const uint8_t* xt = x + base * c;
+    const int bytes = npix * c;
+    int scalar_from = 0;
+    if constexpr (kVecLoad) {
+      const int vectors = bytes / 16;
+      for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
+        staged_vec[v] = reinterpret_cast<const uint4*>(xt)[v];
+      }
+      scalar_from = vectors * 16;
+    }
+    for (int b = scalar_from + threadIdx.x; b < bytes; b += blockDim.x) staged[b] = xt[b];
+    __syncthreads();
+    store_tile<T, kVecStore>(y + base * c_out, npix, c, c_out,
+                             [&](int pix, int ch) { return normalize(staged[pix * c + ch], ch, coef); });
+    __syncthreads();  // the next tile overwrites the staging buffer
+  }
+}
+
+// Any c_out: one thread per pixel.
 template <typename T>
-__global__ void normalize_u8_kernel(const uint8_t* __restrict__ x, T* __restrict__ y, int64_t pixels, int c,
-                                    int64_t c_out, NormalizeParams params) {
+__global__ void normalize_u8_pixel_kernel(const uint8_t* __restrict__ x, T* __restrict__ y, int64_t pixels,
+                                          int c, int64_t c_out, NormalizeParams params) {
+  __shared__ NormalizeParams coef;  // see normalize_u8_staged_kernel
+  if (threadIdx.x == 0) coef = params;
+  __syncthreads();
   for (int64_t pixel = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; pixel < pixels;
        pixel += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint8_t* xp = x + pixel * c;
     T* yp = y + pixel * c_out;
-    for (int ch = 0; ch < c; ++ch) {
-      yp[ch] = from_float<T>(fmaf(static_cast<float>(xp[ch]), params.scale[ch], params.shift[ch]));
-    }
+    for (int ch = 0; ch < c; ++ch) yp[ch] = from_float<T>(normalize(xp[ch], ch, coef));
     for (int64_t ch = c; ch < c_out; ++ch) yp[ch] = from_float<T>(0.0f);
   }
 }
+
+// Calls fn(std::bool_constant<a>{}, std::bool_constant<b>{}): picks a staged kernel's
+// load/store paths at run time.
+template <typename Fn>
+Status dispatch_vector_paths(bool vec_load, bool vec_store, Fn&& fn) {
+  if (vec_load) {
+    return vec_store ? fn(std::true_type{}, std::true_type{}) : fn(std::true_type{}, std::false_type{});
+  }
+  return vec_store ? fn(std::false_type{}, std::true_type{}) : fn(std::false_type{}, std::false_type{});
+}
+
+// Blocks for the staged kernels: one per tile, within the grid's x limit.
+unsigned staged_grid(int64_t pixels) {
+  const int64_t tiles = (pixels + kTilePixels - 1) / kTilePixels;
+  return static_cast<unsigned>(std::min<int64_t>(tiles, INT32_MAX));
+}
+
+// ---- output conversion ----------------------------------------------------------------------
 
 // NC -> NC with the channel padding dropped.
 template <typename T>
@@ -100,12 +290,25 @@ __global__ void nhwc_to_nchw_tiled_kernel(const T* __restrict__ x, float* __rest
 
 Status launch_nchw_to_nhwc(const NchwToNhwcDesc& desc, const void* x, void* y, cudaStream_t stream) {
   GPULAB_TRY(validate(desc));
+  const int64_t hw = desc.h * desc.w;
+  const int64_t pixels = desc.n * hw;
   return dispatch_float_type(desc.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
-    const int64_t pixels = desc.n * desc.h * desc.w;
-    nchw_to_nhwc_kernel<T><<<grid_for(pixels), kThreads, 0, stream>>>(
-        static_cast<const float*>(x), static_cast<T*>(y), pixels, desc.c, desc.h * desc.w, desc.c_out);
-    return check_launch("launch_nchw_to_nhwc", "nchw_to_nhwc_kernel");
+    const float* xf = static_cast<const float*>(x);
+    T* yt = static_cast<T*>(y);
+    if (desc.c <= kMaxStagedChannels && desc.c_out <= kMaxStagedChannelsOut) {
+      const bool vec_load = hw % 4 == 0 && is_aligned(x, 16);
+      const size_t smem_bytes = static_cast<size_t>(desc.c) * kTilePixels * sizeof(float);
+      return dispatch_vector_paths(vec_load, is_aligned(y, 16), [&](auto load, auto store) -> Status {
+        nchw_to_nhwc_staged_kernel<T, decltype(load)::value, decltype(store)::value>
+            <<<staged_grid(pixels), kStageThreads, smem_bytes, stream>>>(
+                xf, yt, pixels, static_cast<int>(desc.c), hw, static_cast<int>(desc.c_out));
+        return check_launch("launch_nchw_to_nhwc", "nchw_to_nhwc_staged_kernel");
+      });
+    }
+    nchw_to_nhwc_pixel_kernel<T>
+        <<<grid_for(pixels), kThreads, 0, stream>>>(xf, yt, pixels, desc.c, hw, desc.c_out);
+    return check_launch("launch_nchw_to_nhwc", "nchw_to_nhwc_pixel_kernel");
   });
 }
 
@@ -116,13 +319,24 @@ Status launch_normalize_u8(const NormalizeU8Desc& desc, const void* x, void* y, 
     params.scale[i] = 1.0f / (255.0f * desc.std[i]);
     params.shift[i] = -desc.mean[i] / desc.std[i];
   }
+  const int64_t pixels = desc.n * desc.h * desc.w;
   return dispatch_float_type(desc.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
-    const int64_t pixels = desc.n * desc.h * desc.w;
-    normalize_u8_kernel<T>
-        <<<grid_for(pixels), kThreads, 0, stream>>>(static_cast<const uint8_t*>(x), static_cast<T*>(y),
-                                                    pixels, static_cast<int>(desc.c), desc.c_out, params);
-    return check_launch("launch_normalize_u8", "normalize_u8_kernel");
+    const uint8_t* xb = static_cast<const uint8_t*>(x);
+    T* yt = static_cast<T*>(y);
+    const int c = static_cast<int>(desc.c);
+    if (desc.c_out <= kMaxStagedChannelsOut) {
+      return dispatch_vector_paths(
+          is_aligned(x, 16), is_aligned(y, 16), [&](auto load, auto store) -> Status {
+            normalize_u8_staged_kernel<T, decltype(load)::value, decltype(store)::value>
+                <<<staged_grid(pixels), kStageThreads, 0, stream>>>(xb, yt, pixels, c,
+                                                                    static_cast<int>(desc.c_out), params);
+            return check_launch("launch_normalize_u8", "normalize_u8_staged_kernel");
+          });
+    }
+    normalize_u8_pixel_kernel<T>
+        <<<grid_for(pixels), kThreads, 0, stream>>>(xb, yt, pixels, c, desc.c_out, params);
+    return check_launch("launch_normalize_u8", "normalize_u8_pixel_kernel");
   });
 }
 

@@ -1,0 +1,224 @@
+#include "plan/interpret.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "plan/lower.h"
+
+namespace gpulab {
+
+namespace {
+
+float activate(float v, Activation a, float lo, float hi) {
+  if (a == Activation::kRelu) return std::max(v, 0.0f);
+  if (a == Activation::kClip) return std::min(std::max(v, lo), hi);
+  return v;
+}
+
+class Interpreter {
+ public:
+  Interpreter(const Plan& plan, int64_t batch, const InterpretOptions& options)
+      : plan_(plan), batch_(batch), options_(options), v_(plan.values.size()) {}
+
+  Result<std::vector<float>> run(std::span<const float> input) {
+    std::vector<float> logits;
+    for (const PlanStep& s : plan_.steps) {
+      switch (s.kind) {
+        case StepKind::kInput: input_step(s, input); break;
+        case StepKind::kConv: GPULAB_TRY(conv_step(s)); break;
+        case StepKind::kGemm: GPULAB_TRY(gemm_step(s)); break;
+        case StepKind::kMaxPool:
+        case StepKind::kAveragePool: pool_step(s); break;
+        case StepKind::kGlobalAveragePool: global_pool_step(s); break;
+        case StepKind::kAdd:
+        case StepKind::kActivation:
+        case StepKind::kCast: elementwise_step(s); break;
+        case StepKind::kOutput: {
+          const PlanValue& x = plan_.values[s.inputs[0]];
+          logits.resize(static_cast<size_t>(batch_ * plan_.num_classes));
+          for (int64_t n = 0; n < batch_; ++n)
+            for (int64_t c = 0; c < plan_.num_classes; ++c)
+              logits[n * plan_.num_classes + c] = v_[s.inputs[0]][n * x.c + c];
+          break;
+        }
+      }
+      if (s.output >= 0) store(s);
+    }
+    if (options_.values) *options_.values = std::move(v_);
+    return logits;
+  }
+
+ private:
+  std::vector<float>& alloc(int i) {
+    const PlanValue& p = plan_.values[i];
+    v_[i].assign(static_cast<size_t>(p.h * p.w * p.c * batch_), 0.0f);
+    return v_[i];
+  }
+
+  // Rounds the value step `s` just wrote to the type it is stored in.
+  void store(const PlanStep& s) {
+    DataType type = plan_.values[s.output].dtype;
+    if (type == DataType::kFloat32 && options_.storage_dtype && !options_.float32_outputs.contains(s.name))
+      type = *options_.storage_dtype;
+    if (type == DataType::kFloat32) return;
+    for (float& x : v_[s.output]) x = round_to_dtype(x, type);
+  }
+
+  Result<std::vector<float>> weight(const PlanStep& s, int index, size_t count) const {
+    if (index < 0) return std::vector<float>(count, 0.0f);
+    const PlanWeight& w = plan_.weights[index];
+    std::vector<float> out = floats_from_bytes(w.bytes, w.dtype);
+    if (out.size() != static_cast<size_t>(w.shape.numel()))
+      return Status::unsupported(
+          fmt::format("interpret: weight '{}' of step '{}' is {}; only float32, float16 "
+                      "and bfloat16 weights are interpreted.",
+                      w.name, s.name, dtype_name(w.dtype)));
+    if (w.dtype == DataType::kFloat32 && options_.storage_dtype && !options_.float32_weights.contains(s.name))
+      for (float& x : out) x = round_to_dtype(x, *options_.storage_dtype);
+    return out;
+  }
+
+  void input_step(const PlanStep& s, std::span<const float> input) {
+    auto& out = alloc(s.output);
+    const PlanValue& y = plan_.values[s.output];
+    for (int64_t n = 0; n < batch_; ++n)
+      for (int64_t c = 0; c < plan_.input_channels; ++c)
+        for (int64_t h = 0; h < y.h; ++h)
+          for (int64_t w = 0; w < y.w; ++w)
+            out[((n * y.h + h) * y.w + w) * y.c + c] =
+                input[((n * plan_.input_channels + c) * y.h + h) * y.w + w];
+  }
+
+  Status conv_step(const PlanStep& s) {
+    const PlanValue& x = plan_.values[s.inputs[0]];
+    const PlanValue& y = plan_.values[s.output];
+    const auto& a = s.conv;
+    const int64_t cg = x.c / a.groups, kg = y.c / a.groups;
+    GPULAB_ASSIGN_OR_RETURN(const std::vector<float> wt,
+                            weight(s, s.weight, static_cast<size_t>(y.c * a.kernel.h * a.kernel.w * cg)));
+    GPULAB_ASSIGN_OR_RETURN(const std::vector<float> bias, weight(s, s.bias, static_cast<size_t>(y.c)));
+    const std::vector<float>& in = v_[s.inputs[0]];
+    const std::vector<float>* res = a.has_residual ? &v_[s.inputs[1]] : nullptr;
+    auto& out = alloc(s.output);
+    for (int64_t n = 0; n < batch_; ++n)
+      for (int64_t oh = 0; oh < y.h; ++oh)
+        for (int64_t ow = 0; ow < y.w; ++ow)
+          for (int64_t k = 0; k < y.c; ++k) {
+            const int64_t g = k / kg;
+            double acc = bias[k];
+            for (int64_t r = 0; r < a.kernel.h; ++r) {
+              const int64_t ih = oh * a.stride.h - a.pads.top + r * a.dilation.h;
+              if (ih < 0 || ih >= x.h) continue;
+              for (int64_t q = 0; q < a.kernel.w; ++q) {
+                const int64_t iw = ow * a.stride.w - a.pads.left + q * a.dilation.w;
+                if (iw < 0 || iw >= x.w) continue;
+                const float* xp = &in[((n * x.h + ih) * x.w + iw) * x.c + g * cg];
+                const float* wp = &wt[((k * a.kernel.h + r) * a.kernel.w + q) * cg];
+                double dot = 0;
+                for (int64_t ci = 0; ci < cg; ++ci) dot += static_cast<double>(xp[ci]) * wp[ci];
+                acc += dot;
+              }
+            }
+            const int64_t at = ((n * y.h + oh) * y.w + ow) * y.c + k;
+            if (res) acc += (*res)[at];
+            out[at] = activate(static_cast<float>(acc), a.activation, a.clip_min, a.clip_max);
+          }
+    return Status::ok();
+  }
+
+  Status gemm_step(const PlanStep& s) {
+    const PlanValue& x = plan_.values[s.inputs[0]];
+    const PlanValue& y = plan_.values[s.output];
+    GPULAB_ASSIGN_OR_RETURN(const std::vector<float> wt, weight(s, s.weight, static_cast<size_t>(y.c * x.c)));
+    GPULAB_ASSIGN_OR_RETURN(const std::vector<float> bias, weight(s, s.bias, static_cast<size_t>(y.c)));
+    const std::vector<float>& in = v_[s.inputs[0]];
+    auto& out = alloc(s.output);
+    for (int64_t n = 0; n < batch_; ++n)
+      for (int64_t o = 0; o < y.c; ++o) {
+        double acc = bias[o];
+        for (int64_t i = 0; i < x.c; ++i) acc += static_cast<double>(in[n * x.c + i]) * wt[o * x.c + i];
+        out[n * y.c + o] = static_cast<float>(acc);
+      }
+    return Status::ok();
+  }
+
+  void pool_step(const PlanStep& s) {
+    const PlanValue& x = plan_.values[s.inputs[0]];
+    const PlanValue& y = plan_.values[s.output];
+    const auto& p = s.pool;
+    const std::vector<float>& in = v_[s.inputs[0]];
+    auto& out = alloc(s.output);
+    const bool max = s.kind == StepKind::kMaxPool;
+    for (int64_t n = 0; n < batch_; ++n)
+      for (int64_t oh = 0; oh < y.h; ++oh)
+        for (int64_t ow = 0; ow < y.w; ++ow)
+          for (int64_t c = 0; c < y.c; ++c) {
+            double acc = max ? -1e300 : 0.0;
+            int64_t count = 0, padded = 0;
+            for (int64_t r = 0; r < p.kernel.h; ++r)
+              for (int64_t q = 0; q < p.kernel.w; ++q) {
+                const int64_t ih = oh * p.stride.h - p.pads.top + r * p.dilation.h;
+                const int64_t iw = ow * p.stride.w - p.pads.left + q * p.dilation.w;
+                if (ih < x.h + p.pads.bottom && iw < x.w + p.pads.right) ++padded;
+                if (ih < 0 || ih >= x.h || iw < 0 || iw >= x.w) continue;
+                const float val = in[((n * x.h + ih) * x.w + iw) * x.c + c];
+                acc = max ? std::max<double>(acc, val) : acc + val;
+                ++count;
+              }
+            if (!max) acc /= static_cast<double>(p.count_include_pad ? padded : count);
+            out[((n * y.h + oh) * y.w + ow) * y.c + c] = static_cast<float>(acc);
+          }
+  }
+
+  void global_pool_step(const PlanStep& s) {
+    const PlanValue& x = plan_.values[s.inputs[0]];
+    const std::vector<float>& in = v_[s.inputs[0]];
+    auto& out = alloc(s.output);
+    for (int64_t n = 0; n < batch_; ++n)
+      for (int64_t c = 0; c < x.c; ++c) {
+        double acc = 0;
+        for (int64_t i = 0; i < x.h * x.w; ++i) acc += in[(n * x.h * x.w + i) * x.c + c];
+        out[n * x.c + c] = static_cast<float>(acc / static_cast<double>(x.h * x.w));
+      }
+  }
+
+  void elementwise_step(const PlanStep& s) {
+    const std::vector<float>& a = v_[s.inputs[0]];
+    const std::vector<float>* b = s.kind == StepKind::kAdd ? &v_[s.inputs[1]] : nullptr;
+    auto& out = alloc(s.output);
+    for (size_t i = 0; i < out.size(); ++i) {
+      float val = a[i];
+      if (b) val += (*b)[i];
+      out[i] = s.kind == StepKind::kCast ? val : activate(val, s.activation, s.clip_min, s.clip_max);
+    }
+  }
+
+  const Plan& plan_;
+  int64_t batch_;
+  const InterpretOptions& options_;
+  std::vector<std::vector<float>> v_;
+};
+
+}  // namespace
+
+Result<std::vector<float>> interpret_plan(const Plan& plan, std::span<const float> input_nchw, int64_t batch,
+                                          const InterpretOptions& options) {
+  GPULAB_TRY(plan.validate());
+  if (options.storage_dtype && *options.storage_dtype != DataType::kFloat32 &&
+      *options.storage_dtype != DataType::kFloat16 && *options.storage_dtype != DataType::kBFloat16)
+    return Status::invalid_argument(
+        fmt::format("interpret: storage dtype {} is not emulated. Use float16 or "
+                    "bfloat16.",
+                    dtype_name(*options.storage_dtype)));
+  const int64_t per_image = plan.input_channels * plan.input_h * plan.input_w;
+  if (batch < 1 || static_cast<int64_t>(input_nchw.size()) != batch * per_image)
+    return Status::invalid_argument(fmt::format(
+        "interpret: the input holds {} floats, batch {} of [{}, {}, {}] needs {}. Pass float NCHW "
+        "images of the plan's input size.",
+        input_nchw.size(), batch, plan.input_channels, plan.input_h, plan.input_w, batch * per_image));
+  return Interpreter(plan, batch, options).run(input_nchw);
+}
+
+}  // namespace gpulab

@@ -1,0 +1,214 @@
+// The plan interpreter's storage emulation and the BF16 precision policy of the lowering, on small
+// hand-built graphs (CPU, milliseconds).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "plan/interpret.h"
+#include "plan/lower.h"
+
+namespace gpulab {
+namespace {
+
+Tensor random(Shape shape, uint32_t seed, float scale) {
+  Tensor t(DataType::kFloat32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  for (float& x : t.f32()) x = dist(rng);
+  return t;
+}
+
+Node conv_node(std::string name, std::string in, std::string w, std::string b, std::string out,
+               int64_t kernel, int64_t groups, Activation act, std::string residual = "") {
+  ConvAttrs a;
+  a.kernel = {kernel, kernel};
+  const int64_t pad = kernel / 2;
+  a.pads = {pad, pad, pad, pad};
+  a.groups = groups;
+  a.activation = act;
+  a.has_residual = !residual.empty();
+  Node n{std::move(name), OpType::kConv, {std::move(in), std::move(w), std::move(b)}, {std::move(out)}, a};
+  if (a.has_residual) n.inputs.push_back(std::move(residual));
+  return n;
+}
+
+// An inverted-residual block: input [N,3,8,8] -> stem 3x3 (16) relu6 -> expand 1x1 (32) relu6
+// -> depthwise 3x3 (32) relu6 -> project 1x1 (16) + stem output -> GAP -> Flatten -> Gemm(10).
+Graph block_classifier() {
+  Graph g;
+  g.name = "block";
+  g.inputs = {"input"};
+  g.values["input"] = ValueInfo{DataType::kFloat32, Shape{Shape::kBatch, 3, 8, 8}, std::nullopt};
+  uint32_t seed = 1;
+  auto init = [&](const std::string& n, Shape s, float scale) {
+    g.initializers[n] = random(s, seed++, scale);
+  };
+  init("stem.w", Shape{16, 3, 3, 3}, 0.3f);
+  init("stem.b", Shape{16}, 0.1f);
+  init("expand.w", Shape{32, 16, 1, 1}, 0.3f);
+  init("expand.b", Shape{32}, 0.1f);
+  init("dw.w", Shape{32, 1, 3, 3}, 0.3f);
+  init("dw.b", Shape{32}, 0.1f);
+  init("project.w", Shape{16, 32, 1, 1}, 0.2f);
+  init("project.b", Shape{16}, 0.1f);
+  init("fc.w", Shape{10, 16}, 0.3f);
+  init("fc.b", Shape{10}, 0.1f);
+  g.nodes = {conv_node("stem", "input", "stem.w", "stem.b", "s", 3, 1, Activation::kClip),
+             conv_node("expand", "s", "expand.w", "expand.b", "e", 1, 1, Activation::kClip),
+             conv_node("dw", "e", "dw.w", "dw.b", "d", 3, 32, Activation::kClip),
+             conv_node("project", "d", "project.w", "project.b", "p", 1, 1, Activation::kNone, "s"),
+             Node{"gap", OpType::kGlobalAveragePool, {"p"}, {"g"}, {}},
+             Node{"flat", OpType::kFlatten, {"g"}, {"f"}, FlattenAttrs{1}}};
+  GemmAttrs ga;
+  ga.trans_b = true;
+  g.nodes.push_back(Node{"fc", OpType::kGemm, {"f", "fc.w", "fc.b"}, {"logits"}, ga});
+  g.outputs = {"logits"};
+  EXPECT_TRUE(g.infer_shapes().is_ok());
+  return g;
+}
+
+Plan lower_or_die(const Graph& g, Precision p, std::map<std::string, Precision> layers = {}) {
+  BuildOptions options;
+  options.precision = p;
+  options.max_batch = 2;
+  options.layer_precision = std::move(layers);
+  auto plan = lower_graph(g, options);
+  EXPECT_TRUE(plan.is_ok()) << plan.status().to_string();
+  return plan.is_ok() ? std::move(plan).value() : Plan{};
+}
+
+std::vector<float> input_floats(int64_t batch) {
+  const Tensor t = random(Shape{batch, 3, 8, 8}, 77, 1.0f);
+  return {t.f32().begin(), t.f32().end()};
+}
+
+bool is_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  return (bits & 0xffffu) == 0;
+}
+
+TEST(PlanConversions, RoundToDtypeAndBack) {
+  EXPECT_EQ(round_to_dtype(1.0f + 1.0f / 256, DataType::kBFloat16), 1.0f);  // tie -> even
+  EXPECT_EQ(round_to_dtype(1.0f + 3.0f / 256, DataType::kBFloat16), 1.0f + 4.0f / 256);
+  EXPECT_EQ(round_to_dtype(1.0f + 1.0f / 2048, DataType::kFloat16), 1.0f);
+  EXPECT_EQ(round_to_dtype(0.1f, DataType::kFloat32), 0.1f);
+  const std::vector<float> v = {0.1f, -3.5f, 65504.0f, 1e-6f};
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32}) {
+    const auto back = floats_from_bytes(convert_floats(v, t), t);
+    ASSERT_EQ(back.size(), v.size());
+    for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(back[i], round_to_dtype(v[i], t)) << dtype_name(t);
+  }
+  EXPECT_TRUE(floats_from_bytes(std::vector<std::byte>(4), DataType::kInt8).empty());
+}
+
+// A BF16 plan interpreted with its own dtypes and an FP32 plan interpreted with BF16 storage
+// emulation round the same numbers at the same places: identical logits, every stored value a
+// bfloat16, and an error against FP32 of bfloat16's size.
+TEST(PlanInterpreter, StorageEmulationMatchesBf16Plan) {
+  const Graph g = block_classifier();
+  const std::map<std::string, Precision> all_bf16 = {{"dw", Precision::kBf16}, {"project", Precision::kBf16}};
+  const Plan bf16 = lower_or_die(g, Precision::kBf16, all_bf16);
+  const Plan fp32 = lower_or_die(g, Precision::kFp32);
+  for (const auto& v : bf16.values) EXPECT_EQ(v.dtype, DataType::kBFloat16) << v.name;
+  const auto in = input_floats(2);
+  auto exact = interpret_plan(fp32, in, 2);
+  ASSERT_TRUE(exact.is_ok()) << exact.status().to_string();
+  std::vector<std::vector<float>> stored;
+  InterpretOptions emulate;
+  emulate.storage_dtype = DataType::kBFloat16;
+  emulate.values = &stored;
+  auto emulated = interpret_plan(fp32, in, 2, emulate);
+  auto own = interpret_plan(bf16, in, 2);
+  ASSERT_TRUE(emulated.is_ok() && own.is_ok());
+  EXPECT_EQ(*emulated, *own);
+  ASSERT_EQ(stored.size(), fp32.values.size());
+  for (const auto& v : stored)
+    for (float x : v) ASSERT_TRUE(is_bf16(x)) << x;
+  const double e = compare(*own, *exact).rel_l2;
+  EXPECT_GT(e, 1e-4);
+  EXPECT_LT(e, 5e-2);
+  // Exempting every step restores the FP32 result exactly.
+  InterpretOptions none = emulate;
+  none.values = nullptr;
+  for (const auto& s : fp32.steps) {
+    none.float32_outputs.insert(s.name);
+    none.float32_weights.insert(s.name);
+  }
+  auto restored = interpret_plan(fp32, in, 2, none);
+  ASSERT_TRUE(restored.is_ok());
+  EXPECT_EQ(*restored, *exact);
+}
+
+TEST(PlanInterpreter, RefusesBadInput) {
+  const Plan plan = lower_or_die(block_classifier(), Precision::kFp32);
+  auto short_input = interpret_plan(plan, std::vector<float>(10), 1);
+  ASSERT_FALSE(short_input.is_ok());
+  EXPECT_EQ(short_input.status().code(), StatusCode::kInvalidArgument);
+  InterpretOptions int8;
+  int8.storage_dtype = DataType::kInt8;
+  auto bad_dtype = interpret_plan(plan, input_floats(1), 1, int8);
+  ASSERT_FALSE(bad_dtype.is_ok());
+  EXPECT_NE(bad_dtype.status().message().find("int8"), std::string::npos);
+}
+
+TEST(PrecisionPolicy, Bf16KeepsDepthwiseAndLinearProjectionsInTf32) {
+  const Graph g = block_classifier();
+  const auto policy = default_layer_precision(g, Precision::kBf16);
+  EXPECT_EQ(policy,
+            (std::map<std::string, Precision>{{"dw", Precision::kTf32}, {"project", Precision::kTf32}}));
+  EXPECT_TRUE(default_layer_precision(g, Precision::kFp16).empty());
+  EXPECT_TRUE(default_layer_precision(g, Precision::kFp32).empty());
+
+  const Plan plan = lower_or_die(g, Precision::kBf16);
+  std::map<std::string, const PlanStep*> by_name;
+  for (const auto& s : plan.steps) by_name[s.name] = &s;
+  ASSERT_TRUE(by_name.contains("dw") && by_name.contains("project") && by_name.contains("expand"));
+  EXPECT_EQ(by_name["expand"]->precision, Precision::kBf16);
+  EXPECT_EQ(by_name["stem"]->precision, Precision::kBf16);
+  for (const char* name : {"dw", "project"}) {
+    const PlanStep& s = *by_name[name];
+    EXPECT_EQ(s.precision, Precision::kTf32) << name;
+    EXPECT_EQ(plan.weights[s.weight].dtype, DataType::kFloat32) << name;
+    EXPECT_EQ(plan.weights[s.bias].dtype, DataType::kFloat32) << name;
+    EXPECT_EQ(plan.values[s.output].dtype, DataType::kFloat32) << name;
+    for (int v : s.inputs) EXPECT_EQ(plan.values[v].dtype, DataType::kFloat32) << name;
+  }
+  // The depthwise output is read by the projection as written (no round trip through BF16); the
+  // casts are: expand output -> fp32, stem output -> fp32 (residual), project output -> bf16.
+  EXPECT_EQ(by_name["project"]->inputs[0], by_name["dw"]->output);
+  int casts = 0;
+  for (const auto& s : plan.steps) {
+    if (s.kind != StepKind::kCast) continue;
+    ++casts;
+    EXPECT_NE(plan.values[s.inputs[0]].dtype, plan.values[s.output].dtype);
+  }
+  EXPECT_EQ(casts, 3);
+  EXPECT_EQ(plan.values[by_name["gap"]->inputs[0]].dtype, DataType::kBFloat16);
+  EXPECT_TRUE(plan.validate().is_ok());
+
+  // NAME=bf16 opts a layer out of the policy.
+  const Plan opted = lower_or_die(g, Precision::kBf16, {{"project", Precision::kBf16}});
+  for (const auto& s : opted.steps) {
+    if (s.name == "project") {
+      EXPECT_EQ(s.precision, Precision::kBf16);
+    }
+  }
+}
+
+// With the policy the emulated BF16 plan is closer to FP32 than without it, and still runs.
+TEST(PrecisionPolicy, Bf16PlanWithPolicyInterprets) {
+  const Graph g = block_classifier();
+  const auto in = input_floats(2);
+  auto exact = interpret_plan(lower_or_die(g, Precision::kFp32), in, 2);
+  auto mixed = interpret_plan(lower_or_die(g, Precision::kBf16), in, 2);
+  ASSERT_TRUE(exact.is_ok() && mixed.is_ok());
+  const ErrorStats e = compare(*mixed, *exact);
+  EXPECT_EQ(e.non_finite, 0);
+  EXPECT_LT(e.rel_l2, 2e-2);
+}
+
+}  // namespace
+}  // namespace gpulab
