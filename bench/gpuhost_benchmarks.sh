@@ -57,9 +57,12 @@ if has accuracy; then
 fi
 if has bench; then
   # GPU compute time (inputs already on the device), CUDA graphs, median; one timing cache.
-  for cfg in "$r18 fp16 256" "$r18 fp16 1" "$r18 fp32 256" "$r18 tf32 256" "$r18 bf16 256" \
-    "$mnv2 fp16 256" "$mnv2 fp16 1" "$mnv2 fp32 256" "$mnv2 bf16 256"; do
-    set -- $cfg
+  # BENCH_CONFIGS overrides the list: "model:precision:batch ..." with model r18 or mnv2.
+  configs=${BENCH_CONFIGS:-"r18:fp16:256 r18:fp16:1 r18:fp32:256 r18:tf32:256 r18:bf16:256 mnv2:fp16:256 mnv2:fp16:1 mnv2:fp32:256 mnv2:bf16:256"}
+  for cfg in $configs; do
+    IFS=: read -r m p b <<< "$cfg"
+    [ "$m" = r18 ] && m=$r18 || m=$mnv2
+    set -- "$m" "$p" "$b"
     [ "$(left)" -lt 90 ] && break
     name=$(basename "$1" .onnx)_$2_b$3
     timeout 60 "$gpulab" bench --model "$1" --precision "$2" --batch "$3" --min-duration-s 1 \
@@ -73,8 +76,8 @@ fi
 if has compare; then
   for m in "$r18" "$mnv2"; do
     [ "$(left)" -lt 40 ] && break
-    timeout $(($(left) - 20)) python3 bench/compare_pytorch.py "$m" --gpulab "$gpulab" --modes eager,graph,gpulab \
-      --batch 1,256 --precision fp32,tf32,fp16,bf16 --json "$out/compare_$(basename "$m" .onnx).json" \
+    timeout $(($(left) - 20)) python3 bench/compare_pytorch.py "$m" --gpulab "$gpulab" \
+      ${COMPARE_ARGS:---modes eager,graph,gpulab --batch 1,256 --precision fp32,tf32,fp16,bf16} --json "$out/compare_$(basename "$m" .onnx).json" \
       > "$out/compare_$(basename "$m" .onnx).txt" 2>&1
     tail -22 "$out/compare_$(basename "$m" .onnx).txt"
   done
