@@ -2,10 +2,13 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -35,16 +38,19 @@ inline std::filesystem::path gpulab_exe() {
   return std::filesystem::path(GPULAB_BINARY_DIR) / "gpulab";
 }
 
-// Runs the built gpulab executable with `args` (a shell-quoted string) and returns its exit code
-// and output (stdout, plus stderr when merge_stderr).
+// Runs the built gpulab executable with `args` (a shell-quoted string), after `env` (shell
+// assignments such as "LD_LIBRARY_PATH=dir"), and returns its exit code and output.
 struct CliRun {
   int exit_code = -1;
-  std::string out;
+  std::string out;     // stdout
+  std::string err;     // stderr
+  std::string output;  // stdout, then stderr
 };
-inline CliRun run_gpulab(const std::string& args, bool merge_stderr = true) {
+inline CliRun run_gpulab(const std::string& args, const std::string& env = "") {
   CliRun r;
-  const std::string cmd =
-      "'" + gpulab_exe().string() + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  const std::filesystem::path err_file =
+      std::filesystem::temp_directory_path() / ("gpulab-cli-" + std::to_string(::getpid()) + ".stderr");
+  const std::string cmd = env + " '" + gpulab_exe().string() + "' " + args + " 2>'" + err_file.string() + "'";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
   char buf[4096];
@@ -52,6 +58,11 @@ inline CliRun run_gpulab(const std::string& args, bool merge_stderr = true) {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
   const int status = ::pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>());
+  std::error_code ec;
+  std::filesystem::remove(err_file, ec);
+  r.output = r.out + r.err;
   return r;
 }
 

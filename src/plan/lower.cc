@@ -120,16 +120,25 @@ int64_t padded_input_channels(int64_t channels, Precision precision) {
 std::map<std::string, Precision> default_layer_precision(const Graph& graph, Precision precision) {
   std::map<std::string, Precision> out;
   if (precision != Precision::kBf16) return out;
+  const auto is_depthwise = [&](int index) {
+    if (index < 0) return false;
+    const Node& n = graph.nodes[static_cast<size_t>(index)];
+    return n.op == OpType::kConv && std::holds_alternative<ConvAttrs>(n.attrs) &&
+           n.attr<ConvAttrs>().groups > 1;
+  };
   for (const Node& node : graph.nodes) {
     if (node.op != OpType::kConv || !std::holds_alternative<ConvAttrs>(node.attrs)) continue;
     const auto& a = node.attr<ConvAttrs>();
-    const ValueInfo* y = graph.value(node.outputs[0]);
-    const bool feature_map = y && y->shape.rank() == 4 && y->shape[2] * y->shape[3] > 1;
+    // The linear bottleneck of an inverted residual block: a projection without activation
+    // that reads a depthwise convolution's output and feeds the residual stream.
+    const bool projection =
+        a.groups == 1 && a.activation == Activation::kNone && is_depthwise(graph.producer(node.input(0)));
     // TF32, not FP32: the error comes from rounding these layers' weights to BF16's 8 significant
     // bits (9 taps per depthwise output do not average it out; projections feed the residual
     // stream); TF32 keeps 11, with FP32 storage, and still runs on the tensor cores, where FP32
-    // arithmetic would run these 46% of MobileNetV2's FLOPs on the CUDA cores.
-    if (a.groups > 1 || (a.activation == Activation::kNone && feature_map)) out[node.name] = Precision::kTf32;
+    // arithmetic would run these 46% of MobileNetV2's FLOPs on the CUDA cores. Networks without
+    // depthwise convolutions (ResNets) are left alone: they meet the BF16 bound as they are.
+    if (a.groups > 1 || projection) out[node.name] = Precision::kTf32;
   }
   return out;
 }

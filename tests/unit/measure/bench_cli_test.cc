@@ -16,23 +16,8 @@
 namespace gpulab {
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-CliRun run_gpulab(const std::string& args) {
-  const std::string command = gpulab::testing::gpulab_exe().string() + " " + args + " 2>&1";
-  CliRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return run;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
+using gpulab::testing::CliRun;
+using gpulab::testing::run_gpulab;
 
 class BenchCli : public ::testing::Test {
  protected:

@@ -21,23 +21,8 @@
 namespace gpulab {
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;
-};
-
-CliRun run_gpulab(const std::string& args) {
-  const std::string command = gpulab::testing::gpulab_exe().string() + " " + args + " 2>&1";
-  CliRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return run;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
+using gpulab::testing::CliRun;
+using gpulab::testing::run_gpulab;
 
 void expect_positive_summary(const nlohmann::json& m, const char* name, int64_t iterations) {
   ASSERT_TRUE(m.is_object()) << name;
@@ -54,9 +39,8 @@ void expect_positive_summary(const nlohmann::json& m, const char* name, int64_t 
 class BenchGpu : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto shared = gpulab::testing::shared_dir();
-    if (!shared) GTEST_SKIP() << "no shared data folder (set GPULAB_SHARED_DIR)";
-    model_ = (*shared / "models" / "mobilenet_v2_1.0_224.onnx").string();
+    // The bundled model travels with the checkout (the GPU host has no shared folder).
+    model_ = (gpulab::testing::source_dir() / "models" / "mobilenet_v2_1.0_224.onnx").string();
     if (!std::filesystem::exists(model_)) GTEST_SKIP() << model_ << " is absent";
     dir_ = std::filesystem::temp_directory_path() / ("gpulab_bench_gpu_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);

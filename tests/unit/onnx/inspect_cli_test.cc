@@ -25,7 +25,7 @@ TEST(InspectCli, MobileNetV2Json) {
   if (!fs::exists(model)) GTEST_SKIP() << model << " not found";
 
   const CliRun r = run_gpulab("inspect '" + model.string() + "' --json --batch 2");
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(j.is_discarded()) << r.out.substr(0, 500);
   EXPECT_EQ(j["batch"], 2);
@@ -43,17 +43,17 @@ TEST(InspectCli, MobileNetV2Json) {
   EXPECT_LT(gflop, 1.4);
 
   const CliRun text = run_gpulab("inspect '" + model.string() + "' --no-passes");
-  ASSERT_EQ(text.exit_code, 0) << text.out;
-  EXPECT_THAT(text.out, ::testing::HasSubstr("as imported (100 nodes"));
-  EXPECT_THAT(text.out, ::testing::Not(::testing::HasSubstr("after passes")));
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, ::testing::HasSubstr("as imported (100 nodes"));
+  EXPECT_THAT(text.output, ::testing::Not(::testing::HasSubstr("after passes")));
 }
 
 TEST(InspectCli, MissingModelFailsWithOneLine) {
   if (!fs::exists(gpulab::testing::gpulab_exe())) GTEST_SKIP() << "gpulab executable not built";
   const CliRun r = run_gpulab("inspect /nonexistent/model.onnx");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.out, ::testing::HasSubstr("gpulab: not found"));
-  EXPECT_THAT(r.out, ::testing::HasSubstr("/nonexistent/model.onnx"));
+  EXPECT_THAT(r.output, ::testing::HasSubstr("gpulab: not found"));
+  EXPECT_THAT(r.output, ::testing::HasSubstr("/nonexistent/model.onnx"));
 }
 
 }  // namespace

@@ -150,7 +150,7 @@ void check_bf16_plan(bool photos, double without_policy_min) {
     if (fp32) fp32_flops += s.flops_per_image;
   }
   std::printf(
-      "[ bf16  ] %s: all-bf16 plan rel L2 %.3e, policy plan %.3e (%d fp32 convs with %.0f%% of the FLOPs, "
+      "[ bf16  ] %s: all-bf16 plan rel L2 %.3e, policy plan %.3e (%d TF32 convs with %.0f%% of the FLOPs, "
       "%d casts, weights %.2f -> %.2f MiB)\n",
       photos ? "photos" : "random N(0,1)", e_plain, e_mixed, fp32_convs, 100 * fp32_flops / all_flops, casts,
       plain->weights_bytes() / 1048576.0, mixed->weights_bytes() / 1048576.0);

@@ -18,30 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-  std::string out;     // stdout only
-};
-
-CliRun run_gpulab(const std::string& args, const std::string& env = "") {
-  CliRun r;
-  const std::string exe = env + " " + testing::gpulab_exe().string();
-  const std::string err_file =
-      (fs::temp_directory_path() / ("gpulab-cli-test-" + std::to_string(getpid()))).string();
-  FILE* p = popen((exe + " " + args + " 2>" + err_file).c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_file);
-  std::string err_text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  fs::remove(err_file);
-  r.output = r.out + err_text;
-  return r;
-}
+using testing::CliRun;
+using testing::run_gpulab;
 
 bool has_library(const char* soname) {
   void* h = dlopen(soname, RTLD_LAZY | RTLD_LOCAL);
@@ -134,7 +112,10 @@ TEST_F(GpulabCli, DoctorJsonOnAFakeTree) {
 
 // With the stand-in libnvidia-ml.so.1 (tests/unit/telemetry/fake_nvml.cc: one "NVIDIA H200",
 // power draw unsupported, no energy/PCIe throughput entry points).
-const std::string kFakeNvml = std::string("LD_LIBRARY_PATH=") + GPULAB_FAKE_NVML_DIR;
+// Prepended, so that the libraries gpulab itself needs stay found (on the GPU host they live in
+// a prefix named by LD_LIBRARY_PATH).
+const std::string kFakeNvml =
+    std::string("LD_LIBRARY_PATH=") + GPULAB_FAKE_NVML_DIR + "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}";
 
 TEST_F(GpulabCli, MonitorCsvWithFakeNvmlReportsUnsupportedAsNA) {
   const CliRun r = run_gpulab(
