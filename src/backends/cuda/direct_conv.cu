@@ -7,38 +7,10 @@
 #include <string>
 
 #include "backends/cuda/direct_conv.h"
+#include "backends/cuda/kernels/common.cuh"
 
 namespace gpulab::cuda {
 namespace {
-
-template <typename T>
-__device__ __forceinline__ float load(const T* p, int64_t i);
-template <>
-__device__ __forceinline__ float load<float>(const float* p, int64_t i) {
-  return p[i];
-}
-template <>
-__device__ __forceinline__ float load<__half>(const __half* p, int64_t i) {
-  return __half2float(p[i]);
-}
-template <>
-__device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
-template <typename T>
-__device__ __forceinline__ T store(float v);
-template <>
-__device__ __forceinline__ float store<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half store<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 struct Params {
   int64_t n, c, h, w, k, out_h, out_w, r, s, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, groups;
@@ -72,14 +44,15 @@ __global__ void direct_conv_kernel(Params p, const T* __restrict__ x, const T* _
         if (iw < 0 || iw >= p.w) continue;
         const int64_t xbase = ((n * p.h + ih) * p.w + iw) * p.c + g * cg;
         const int64_t wbase = ((ko * p.r + r) * p.s + s) * cg;
-        for (int64_t ci = 0; ci < cg; ++ci) acc += load(x, xbase + ci) * load(wt, wbase + ci);
+        for (int64_t ci = 0; ci < cg; ++ci)
+          acc += kernels::to_float(x[xbase + ci]) * kernels::to_float(wt[wbase + ci]);
       }
     }
-    if (bias) acc += load(bias, ko);
-    if (p.has_residual) acc += load(residual, idx);
+    if (bias) acc += kernels::to_float(bias[ko]);
+    if (p.has_residual) acc += kernels::to_float(residual[idx]);
     if (p.activation == static_cast<int>(Activation::kRelu)) acc = fmaxf(acc, 0.0f);
     if (p.activation == static_cast<int>(Activation::kClip)) acc = fminf(fmaxf(acc, p.clip_min), p.clip_max);
-    y[idx] = store<T>(acc);
+    y[idx] = kernels::from_float<T>(acc);
   }
 }
 
