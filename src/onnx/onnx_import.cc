@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/file_io.h"
+#include "core/half.h"
 
 namespace gpulab {
 namespace {
@@ -30,21 +31,6 @@ struct ImportContext {
 
 std::string where_node(const onnx::NodeProto& n, const std::string& name) {
   return "node '" + name + "' (" + n.op_type() + ")";
-}
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h >> 15) & 1u;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t mant = h & 0x3ffu;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -24);  // subnormal: mant * 2^-24
-  } else if (exp == 31) {
-    v = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  } else {
-    v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
-  }
-  return sign ? -v : v;
 }
 
 // --- tensors -----------------------------------------------------------------------------------
@@ -206,7 +192,7 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& t, const ImportContext& c
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, raw.data() + 2 * i, 2);
-        v[i] = half_to_float(h);
+        v[i] = half_bits_to_float(h);
       }
       return Tensor::from_floats(shape, v);
     }

@@ -10,70 +10,12 @@
 #include <utility>
 #include <variant>
 
+#include "core/half.h"
 #include "core/log.h"
 #include "gpulab/version.h"
 #include "graph/cost.h"
 
 namespace gpulab {
-
-namespace {
-uint16_t float_to_half_bits(float f) {
-  // IEEE binary16, round to nearest even, with subnormals, inf and NaN.
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t exp = (x >> 23) & 0xffu;
-  uint32_t mant = x & 0x7fffffu;
-  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
-  int32_t e = static_cast<int32_t>(exp) - 127 + 15;
-  if (e >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (e <= 0) {
-    if (e < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000u;
-    const uint32_t shift = static_cast<uint32_t>(14 - e);
-    uint32_t half = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1u);
-    const uint32_t mid = 1u << (shift - 1u);
-    if (rem > mid || (rem == mid && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t half = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
-  const uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // may carry into the exponent: correct
-  return static_cast<uint16_t>(half);
-}
-
-uint16_t float_to_bf16_bits(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  const uint32_t lsb = (x >> 16) & 1u;
-  x += 0x7fffu + lsb;
-  return static_cast<uint16_t>(x >> 16);
-}
-
-float half_bits_to_float(uint16_t h) {
-  const uint32_t sign = (h >> 15) & 1u;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t mant = h & 0x3ffu;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -24);  // subnormal: mant * 2^-24
-  } else if (exp == 31) {
-    v = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  } else {
-    v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
-  }
-  return sign ? -v : v;
-}
-
-float bf16_bits_to_float(uint16_t b) {
-  const uint32_t x = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-}  // namespace
 
 std::vector<std::byte> convert_floats(std::span<const float> values, DataType dtype) {
   std::vector<std::byte> out(values.size() * dtype_size(dtype));

@@ -1,6 +1,6 @@
-// Helpers for the kernel tests: GPU presence, device buffers, host-side float16/bfloat16
-// rounding (independent of CUDA's headers, so the expected values do not share code with the
-// kernels), seeded inputs and the per-dtype tolerances.
+// Helpers for the kernel tests: GPU presence, device buffers, seeded inputs and the per-dtype
+// tolerances. Host-side float16/bfloat16 rounding comes from core/half.h, which does not use
+// CUDA's headers, so the expected values share no code with the kernels.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/half.h"
 #include "gpulab/tensor.h"
 
 namespace gpulab::testing {
@@ -35,43 +36,6 @@ inline std::string gpu_unavailable_reason() {
       GTEST_SKIP() << reason;                                                                      \
     }                                                                                              \
   } while (0)
-
-// ---- host float16 / bfloat16, round to nearest even ------------------------------------------
-
-inline uint16_t float_to_half_bits(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  x &= 0x7fffffffu;
-  if (x >= 0x7f800000u) return sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u);  // NaN, Inf
-  if (x >= 0x477ff000u) return sign | 0x7c00u;                                // >= 65520 rounds to Inf
-  if (x < 0x38800000u) {  // below 2^-14: a subnormal half, in units of 2^-24
-    const float scaled = std::bit_cast<float>(x) * 16777216.0f;
-    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
-  }
-  const uint32_t rounded = x + 0xfffu + ((x >> 13) & 1u) - 0x38000000u;  // rebias 127 -> 15
-  return sign | static_cast<uint16_t>(rounded >> 13);
-}
-
-inline float half_bits_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0) {
-    const float v = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
-inline uint16_t float_to_bf16_bits(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-inline float bf16_bits_to_float(uint16_t b) {
-  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-}
 
 // Bytes of `values` stored as `dtype` (float32, float16, bfloat16).
 inline std::vector<std::byte> encode(const std::vector<float>& values, DataType dtype) {
