@@ -115,11 +115,15 @@ std::optional<int> Telemetry::cuda_driver_version() const {
   return v;
 }
 
+Status Telemetry::check_index(std::uint32_t index) const {
+  if (index < devices_.size()) return Status::ok();
+  return Status::invalid_argument(
+      fmt::format("telemetry: GPU index {} out of range ({} GPUs). Pick an index from `gpulab monitor`",
+                  index, devices_.size()));
+}
+
 Result<DeviceInfo> Telemetry::device_info(std::uint32_t index) const {
-  if (index >= devices_.size())
-    return Status::invalid_argument(
-        fmt::format("telemetry: GPU index {} out of range ({} GPUs). Pick an index from `gpulab monitor`",
-                    index, devices_.size()));
+  GPULAB_TRY(check_index(index));
   const nvml::Api& api = lib_->api();
   const Device d = handle(devices_[index]);
   DeviceInfo info;
@@ -160,10 +164,7 @@ Result<DeviceInfo> Telemetry::device_info(std::uint32_t index) const {
 }
 
 Result<GpuSample> Telemetry::sample(std::uint32_t index, const SampleOptions& options) const {
-  if (index >= devices_.size())
-    return Status::invalid_argument(
-        fmt::format("telemetry: GPU index {} out of range ({} GPUs). Pick an index from `gpulab monitor`",
-                    index, devices_.size()));
+  GPULAB_TRY(check_index(index));
   const nvml::Api& api = lib_->api();
   const Device d = handle(devices_[index]);
   GpuSample s;

@@ -55,6 +55,8 @@ class Telemetry {
   Result<GpuSample> sample(std::uint32_t index, const SampleOptions& options = {}) const;
 
  private:
+  // kInvalidArgument naming the index and the GPU count when `index` is out of range.
+  Status check_index(std::uint32_t index) const;
   Telemetry() = default;
   std::shared_ptr<nvml::Library> lib_;
   std::vector<void*> devices_;  // nvml::Device handles
