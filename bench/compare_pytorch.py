@@ -468,6 +468,8 @@ def run_gpulab(args, batch: int, precision: str, row: Row):
                    "--min-iterations", str(args.iters), "--percentiles", "50,99", "--json", out_json]
         if args.device.startswith("cuda:"):
             command += ["--device", args.device.split(":", 1)[1]]
+        if args.gpulab_timing_cache:
+            command += ["--timing-cache", args.gpulab_timing_cache]
         try:
             proc = subprocess.run(command, capture_output=True, text=True, timeout=args.gpulab_timeout_s)
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -559,6 +561,7 @@ def parse_args(argv=None):
     p.add_argument("--gpulab-warmup-ms", type=float, default=500)
     p.add_argument("--gpulab-min-duration-s", type=float, default=2)
     p.add_argument("--gpulab-timeout-s", type=float, default=900)
+    p.add_argument("--gpulab-timing-cache", help="timing cache file shared by gpulab's plan builds")
     p.add_argument("--check-batch", type=int, default=4, help="images compared with the CPU reference")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write every cell, the environment and the errors as JSON")
@@ -612,6 +615,10 @@ def main(argv=None) -> int:
             if "gpulab" in args.modes:
                 run_gpulab(args, batch, precision, row)
             rows.append(row)
+            # One line per finished cell, so that a run cut short still leaves its numbers.
+            done = ", ".join(f"{m} {c.ms:.4f} ms" if c.ms is not None else f"{m} n/a ({c.error})"
+                             for m, c in row.cells.items())
+            print(f"... done batch {batch} {precision}: {done}", file=sys.stderr, flush=True)
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()
 

@@ -57,34 +57,53 @@ if has accuracy; then
 fi
 if has bench; then
   # GPU compute time (inputs already on the device), CUDA graphs, median; one timing cache.
-  # BENCH_CONFIGS overrides the list: "model:precision:batch ..." with model r18 or mnv2.
+  # BENCH_CONFIGS overrides the list: "model:precision:batch[:nos2d] ..." with model r18 or mnv2;
+  # nos2d builds without the space-to-depth stem rewrite (for before/after).
+  # PROFILE_CONFIGS (same form) get a per-layer profile (eager) as well.
   configs=${BENCH_CONFIGS:-"r18:fp16:256 r18:fp16:1 r18:fp32:256 r18:tf32:256 r18:bf16:256 mnv2:fp16:256 mnv2:fp16:1 mnv2:fp32:256 mnv2:bf16:256"}
-  for cfg in $configs; do
-    IFS=: read -r m p b <<< "$cfg"
-    [ "$m" = r18 ] && m=$r18 || m=$mnv2
-    set -- "$m" "$p" "$b"
-    [ "$(left)" -lt 90 ] && break
-    name=$(basename "$1" .onnx)_$2_b$3
-    timeout 60 "$gpulab" bench --model "$1" --precision "$2" --batch "$3" --min-duration-s 1 \
-      --no-include-transfers --cuda-graph --timing-cache /tmp/gpulab-timing-cache.json \
-      --json "$out/bench_$name.json" > "$out/bench_$name.txt" 2>&1
+  bench_one() {  # model precision batch extra-flags name-suffix [more bench flags]
+    local m=$1 p=$2 b=$3 extra=$4 suffix=$5
+    shift 5
+    local name
+    name=$(basename "$m" .onnx)_${p}_b${b}${suffix}
+    timeout 150 "$gpulab" -v bench --model "$m" --precision "$p" --batch "$b" --min-duration-s 1 \
+      --no-include-transfers --cuda-graph --timing-cache /tmp/gpulab-timing-cache.json $extra \
+      --json "$out/bench_$name.json" "$@" > "$out/bench_$name.txt" 2>&1
     echo "$name rc=$? $(grep -iE "gpu compute|throughput" "$out/bench_$name.txt" | head -2 | tr -s ' ' | tr '\n' ' ')"
-  done
-  [ "$(left)" -gt 60 ] && timeout 50 "$gpulab" bench --model "$r18" --precision fp16 --batch 256 --profile \
-    --timing-cache /tmp/gpulab-timing-cache.json > "$out/profile_resnet18_fp16_b256.txt" 2>&1
+  }
+  run_configs() {  # configs [more bench flags]
+    local list=$1 cfg m p b f extra suffix
+    shift
+    for cfg in $list; do
+      IFS=: read -r m p b f <<< "$cfg"
+      [ "$m" = r18 ] && m=$r18 || m=$mnv2
+      extra="" suffix=""
+      [ "$f" = nos2d ] && extra="--no-stem-space-to-depth" suffix=_nos2d
+      [ "$(left)" -lt 60 ] && break
+      bench_one "$m" "$p" "$b" "$extra" "$suffix$([ $# -gt 0 ] && echo _profile)" "$@"
+    done
+  }
+  run_configs "$configs"
+  run_configs "${PROFILE_CONFIGS:-r18:fp16:256}" --profile --ceilings
+fi
+if has compile; then
+  # torch.compile (max-autotune) beside eager, CUDA graphs and gpulab; compiling takes minutes.
+  timeout $(($(left) - 30)) python3 bench/compare_pytorch.py "$r18" --gpulab "$gpulab" --modes eager,graph,compile,gpulab \
+    ${COMPILE_ARGS:---batch 256,1 --precision fp16} --json "$out/compare_compile_resnet18.json" \
+    > "$out/compare_compile_resnet18.txt" 2>&1
+  tail -12 "$out/compare_compile_resnet18.txt"
 fi
 if has compare; then
+  first=1
   for m in "$r18" "$mnv2"; do
     [ "$(left)" -lt 40 ] && break
-    timeout $(($(left) - 20)) python3 bench/compare_pytorch.py "$m" --gpulab "$gpulab" \
+    # The first model gets half of what is left, so that the second gets a turn.
+    [ $first = 1 ] && t=$(($(left) / 2)) || t=$(($(left) - 20))
+    first=0
+    timeout $t python3 bench/compare_pytorch.py "$m" --gpulab "$gpulab" --gpulab-timing-cache /tmp/gpulab-timing-cache.json \
       ${COMPARE_ARGS:---modes eager,graph,gpulab --batch 1,256 --precision fp32,tf32,fp16,bf16} --json "$out/compare_$(basename "$m" .onnx).json" \
       > "$out/compare_$(basename "$m" .onnx).txt" 2>&1
     tail -22 "$out/compare_$(basename "$m" .onnx).txt"
   done
-fi
-if has compile; then
-  timeout $(($(left) - 10)) python3 bench/compare_pytorch.py "$r18" --gpulab "$gpulab" --modes eager,graph,compile,gpulab \
-    --batch 256,1 --precision fp16 --json "$out/compare_compile_resnet18.json" > "$out/compare_compile_resnet18.txt" 2>&1
-  tail -12 "$out/compare_compile_resnet18.txt"
 fi
 echo "end at $(($(date +%s) - start)) s"
