@@ -75,7 +75,11 @@ class Interpreter {
           fmt::format("interpret: weight '{}' of step '{}' is {}; only float32, float16 "
                       "and bfloat16 weights are interpreted.",
                       w.name, s.name, dtype_name(w.dtype)));
-    if (w.dtype == DataType::kFloat32 && options_.storage_dtype && !options_.float32_weights.contains(s.name))
+    // As lower_graph stores them: BF16 layers keep their biases in float32.
+    const bool bf16_conv_bias =
+        s.kind == StepKind::kConv && index == s.bias && options_.storage_dtype == DataType::kBFloat16;
+    if (w.dtype == DataType::kFloat32 && options_.storage_dtype && !bf16_conv_bias &&
+        !options_.float32_weights.contains(s.name))
       for (float& x : out) x = round_to_dtype(x, *options_.storage_dtype);
     return out;
   }
@@ -83,12 +87,22 @@ class Interpreter {
   void input_step(const PlanStep& s, std::span<const float> input) {
     auto& out = alloc(s.output);
     const PlanValue& y = plan_.values[s.output];
+    const int64_t b = s.space_to_depth.block, c_in = plan_.input_channels;
+    const int64_t h_in = plan_.input_h, w_in = plan_.input_w;
+    // Output channel (dy * b + dx) * C + c of pixel (Y, X): input pixel (Y b + dy - pad_top,
+    // X b + dx - pad_left); b = 1 without padding is a plain NCHW -> NHWC copy.
     for (int64_t n = 0; n < batch_; ++n)
-      for (int64_t c = 0; c < plan_.input_channels; ++c)
-        for (int64_t h = 0; h < y.h; ++h)
-          for (int64_t w = 0; w < y.w; ++w)
-            out[((n * y.h + h) * y.w + w) * y.c + c] =
-                input[((n * plan_.input_channels + c) * y.h + h) * y.w + w];
+      for (int64_t h = 0; h < y.h; ++h)
+        for (int64_t w = 0; w < y.w; ++w)
+          for (int64_t dy = 0; dy < b; ++dy)
+            for (int64_t dx = 0; dx < b; ++dx) {
+              const int64_t ih = h * b + dy - s.space_to_depth.pad_top;
+              const int64_t iw = w * b + dx - s.space_to_depth.pad_left;
+              if (ih < 0 || ih >= h_in || iw < 0 || iw >= w_in) continue;
+              for (int64_t c = 0; c < c_in; ++c)
+                out[((n * y.h + h) * y.w + w) * y.c + (dy * b + dx) * c_in + c] =
+                    input[((n * c_in + c) * h_in + ih) * w_in + iw];
+            }
   }
 
   Status conv_step(const PlanStep& s) {

@@ -36,8 +36,9 @@ namespace gpulab {
 
 struct InterpretOptions {
   // nullopt: the plan's own dtypes only. kFloat16/kBFloat16: in addition, every float32 value is
-  // rounded to this type when written and every float32 weight when read, as if the plan had been
-  // lowered in that precision; exemptions below. Other dtypes are refused.
+  // rounded to this type when written and every float32 weight when read (but for convolution
+  // biases under kBFloat16, which lower_graph keeps in float32), as if the plan had been lowered
+  // in that precision; exemptions below. Other dtypes are refused.
   std::optional<DataType> storage_dtype;
   // Step names (PlanStep::name) whose output value keeps float32 under storage_dtype.
   std::set<std::string> float32_outputs;

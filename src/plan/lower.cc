@@ -53,10 +53,19 @@ float round_to_dtype(float value, DataType dtype) {
   return value;
 }
 
-int64_t padded_input_channels(int64_t channels, Precision precision) {
-  const int64_t multiple = storage_dtype(precision) == DataType::kFloat32 ? 4 : 8;
-  if (channels >= 8) return channels;
+namespace {
+
+// Channels of an input value of `dtype` holding `channels`: a whole number of 16-byte vectors
+// (4 float32 or 8 float16/bfloat16), as the tensor cores want them.
+int64_t padded_channels(int64_t channels, DataType dtype) {
+  const int64_t multiple = dtype == DataType::kFloat32 ? 4 : 8;
   return (channels + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace
+
+int64_t padded_input_channels(int64_t channels, Precision precision) {
+  return channels >= 8 ? channels : padded_channels(channels, storage_dtype(precision));
 }
 
 std::map<std::string, Precision> default_layer_precision(const Graph& graph, Precision precision) {
@@ -80,9 +89,40 @@ std::map<std::string, Precision> default_layer_precision(const Graph& graph, Pre
     // stream); TF32 keeps 11, with FP32 storage, and still runs on the tensor cores, where FP32
     // arithmetic would run these 46% of MobileNetV2's FLOPs on the CUDA cores. Networks without
     // depthwise convolutions (ResNets) are left alone: they meet the BF16 bound as they are.
-    if (a.groups > 1 || projection) out[node.name] = Precision::kTf32;
+    // The stem: its rounding error reaches every later layer (the largest single gain left).
+    const bool stem =
+        std::find(graph.inputs.begin(), graph.inputs.end(), node.input(0)) != graph.inputs.end();
+    if (a.groups > 1 || projection || stem) out[node.name] = Precision::kTf32;
   }
   return out;
+}
+
+std::optional<StemRewrite> stem_space_to_depth(const Graph& graph, const BuildOptions& options) {
+  if (!options.stem_space_to_depth || graph.inputs.size() != 1) return std::nullopt;
+  const std::vector<int> readers = graph.consumers(graph.inputs[0]);
+  if (readers.size() != 1) return std::nullopt;
+  const Node& conv = graph.nodes[static_cast<size_t>(readers[0])];
+  if (conv.op != OpType::kConv || !std::holds_alternative<ConvAttrs>(conv.attrs) ||
+      conv.input(0) != graph.inputs[0])
+    return std::nullopt;
+  const auto& a = conv.attr<ConvAttrs>();
+  const Tensor* w = graph.initializer(conv.input(1));
+  const ValueInfo* in = graph.value(graph.inputs[0]);
+  const ValueInfo* out = graph.value(conv.outputs[0]);
+  if (!w || w->shape().rank() != 4 || !in || in->shape.rank() != 4 || !out || out->shape.rank() != 4)
+    return std::nullopt;
+  const int64_t b = a.stride.h, channels = in->shape[1];
+  if (a.stride.w != b || b < 2 || b > 4 || a.groups != 1 || a.dilation.h != 1 || a.dilation.w != 1 ||
+      a.kernel.h < b || a.kernel.w < b || b * b * channels > 16 || a.pads.top >= 64 || a.pads.left >= 64)
+    return std::nullopt;
+  StemRewrite r;
+  r.node = conv.name;
+  r.layout = SpaceToDepth{b, a.pads.top, a.pads.left};
+  // Output (oy, ox) reads s2d pixels oy .. oy + ceil(k / b) - 1; taps past k have zero weights.
+  r.h = out->shape[2] + (a.kernel.h + b - 1) / b - 1;
+  r.w = out->shape[3] + (a.kernel.w + b - 1) / b - 1;
+  r.c_valid = b * b * channels;
+  return r;
 }
 
 namespace {
@@ -96,6 +136,7 @@ struct Lowering {
   DataType dtype;
   std::map<std::string, Precision> policy;        // default_layer_precision()
   std::map<std::pair<int, DataType>, int> casts;  // (value, dtype) -> its kCast copy
+  StemRewrite stem;                               // node "" when the stem is not rewritten
 
   Status unsupported(const Node& node, const std::string& what) {
     return Status::unsupported(
@@ -197,22 +238,33 @@ struct Lowering {
     const Tensor* w = graph.initializer(node.input(1));
     if (!w || w->dtype() != DataType::kFloat32 || w->shape().rank() != 4)
       return unsupported(node, "the weight is not a constant float [K, C/groups, R, S] tensor");
-    const auto& attrs = node.attr<ConvAttrs>();
+    ConvAttrs attrs = node.attr<ConvAttrs>();
     const int64_t k = w->shape()[0], cg = w->shape()[1], r = w->shape()[2], s = w->shape()[3];
     const PlanValue xin = plan.values[x];
-    if (attrs.groups < 1 || cg * attrs.groups != xin.c_valid)
+    // The stem over a space-to-depth input (see SpaceToDepth): tap (ri, si) of channel ci moves
+    // to tap (ri / b, si / b) of channel ((ri % b) * b + si % b) * C + ci; b = 1 is the identity.
+    const bool s2d = node.name == stem.node;
+    const int64_t b = s2d ? stem.layout.block : 1;
+    if (attrs.groups < 1 || cg * attrs.groups * b * b != xin.c_valid)
       return unsupported(node, fmt::format("weight {} does not match {} input channels in {} groups",
                                            w->shape().to_string(), xin.c_valid, attrs.groups));
     if (attrs.groups > 1 && xin.c != xin.c_valid)
       return unsupported(node, "a grouped convolution on a channel-padded input");
     const int64_t c_stored = attrs.groups == 1 ? xin.c : cg;  // per-group channels in the weight
-    std::vector<float> krsc(static_cast<size_t>(k * r * s * c_stored), 0.0f);
+    const int64_t rb = (r + b - 1) / b, sb = (s + b - 1) / b;
+    std::vector<float> krsc(static_cast<size_t>(k * rb * sb * c_stored), 0.0f);
     const auto src = w->f32();
     for (int64_t ko = 0; ko < k; ++ko)
       for (int64_t ci = 0; ci < cg; ++ci)
         for (int64_t ri = 0; ri < r; ++ri)
           for (int64_t si = 0; si < s; ++si)
-            krsc[((ko * r + ri) * s + si) * c_stored + ci] = src[((ko * cg + ci) * r + ri) * s + si];
+            krsc[((ko * rb + ri / b) * sb + si / b) * c_stored + ((ri % b) * b + si % b) * cg + ci] =
+                src[((ko * cg + ci) * r + ri) * s + si];
+    if (s2d) {
+      attrs.kernel = {rb, sb};
+      attrs.stride = {1, 1};
+      attrs.pads = {};
+    }
     // A layer in FP32/TF32 in an FP16/BF16 plan reads float32 copies of its inputs (kCast
     // steps) and writes a float32 value; readers of another dtype get a cast of it.
     const Precision precision = layer_precision(node);
@@ -225,12 +277,15 @@ struct Lowering {
     st.precision = precision;
     st.conv = attrs;
     st.inputs = {value_as(node, x, layer_dtype)};
-    st.weight = add_weight(node.input(1), Shape{k, r, s, c_stored}, krsc, layer_dtype);
+    st.weight = add_weight(node.input(1), Shape{k, rb, sb, c_stored}, krsc, layer_dtype);
     if (node.has_input(2)) {
       const Tensor* b = graph.initializer(node.input(2));
       if (!b || b->dtype() != DataType::kFloat32 || b->numel() != k)
         return unsupported(node, "the bias is not a constant float tensor of K values");
-      st.bias = add_weight(node.input(2), Shape{k}, b->f32(), layer_dtype);
+      // BF16 layers keep their bias in float32: BF16's 8-bit significand would shift every output
+      // of a channel by the same rounding error (the epilogue adds it in FP32 either way).
+      const DataType bias_dtype = layer_dtype == DataType::kBFloat16 ? DataType::kFloat32 : layer_dtype;
+      st.bias = add_weight(node.input(2), Shape{k}, b->f32(), bias_dtype);
     }
     if (attrs.has_residual) {
       GPULAB_ASSIGN_OR_RETURN(int res, input_value(node, 3));
@@ -385,11 +440,26 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
   plan.input_channels = in->shape[1];
   plan.input_h = in->shape[2];
   plan.input_w = in->shape[3];
-  plan.values.push_back(PlanValue{graph.inputs[0], plan.input_h, plan.input_w,
-                                  padded_input_channels(plan.input_channels, options.precision),
-                                  plan.input_channels, low.dtype});
-  low.value_of[graph.inputs[0]] = 0;
+  // The input value is float32 when every reader computes in FP32/TF32 (the BF16 policy's stem):
+  // rounding the image to the plan's dtype and widening it again would lose what the layer keeps.
+  const std::vector<int> readers = graph.consumers(graph.inputs[0]);
+  const bool float32_readers = !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](int i) {
+    const Node& n = graph.nodes[static_cast<size_t>(i)];
+    return n.op == OpType::kConv && storage_dtype(low.layer_precision(n)) == DataType::kFloat32;
+  });
+  const DataType input_dtype = float32_readers ? DataType::kFloat32 : low.dtype;
   PlanStep input_step;
+  if (auto stem = stem_space_to_depth(graph, options)) {
+    low.stem = *stem;
+    input_step.space_to_depth = stem->layout;
+    plan.values.push_back(PlanValue{graph.inputs[0], stem->h, stem->w,
+                                    padded_channels(stem->c_valid, input_dtype), stem->c_valid, input_dtype});
+  } else {
+    const int64_t c = plan.input_channels;
+    plan.values.push_back(PlanValue{graph.inputs[0], plan.input_h, plan.input_w,
+                                    c >= 8 ? c : padded_channels(c, input_dtype), c, input_dtype});
+  }
+  low.value_of[graph.inputs[0]] = 0;
   input_step.kind = StepKind::kInput;
   input_step.name = "input";
   input_step.output = 0;
@@ -417,7 +487,7 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
         }
     }
     log_info(
-        "plan: {} precision policy: {} depthwise and linear-bottleneck convolutions run in fp32 "
+        "plan: {} precision policy: {} stem, depthwise and linear-bottleneck convolutions run in tf32 "
         "(+{:.2f} MiB of weights); --layer-precision NAME={} keeps one in {}",
         precision_name(options.precision), applied, extra_bytes / 1048576.0,
         precision_name(options.precision), precision_name(options.precision));

@@ -118,6 +118,20 @@ Status Plan::validate() const {
                              step_kind_name(s.kind), s.inputs.size(), want_inputs));
     if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm) && s.weight < 0)
       return bad(fmt::format("step {} '{}' has no weight", i, s.name));
+    if (s.kind == StepKind::kInput) {
+      const SpaceToDepth& sd = s.space_to_depth;
+      const PlanValue& y = values[s.output];
+      if (sd.block < 1 || sd.block > 16 || sd.pad_top < 0 || sd.pad_left < 0 || sd.pad_top >= 64 ||
+          sd.pad_left >= 64)
+        return bad(fmt::format("the input step's space-to-depth (block {}, pads {},{}) is out of range",
+                               sd.block, sd.pad_top, sd.pad_left));
+      const bool plain = sd.block == 1 && sd.pad_top == 0 && sd.pad_left == 0;
+      if (y.c_valid != sd.block * sd.block * input_channels || (plain && (y.h != input_h || y.w != input_w)))
+        return bad(fmt::format(
+            "the input value [{},{},{} ({} valid)] does not hold a {}x{}x{} image (space-to-depth "
+            "block {})",
+            y.h, y.w, y.c, y.c_valid, input_channels, input_h, input_w, sd.block));
+    }
   }
   for (size_t i = 0; i < weights.size(); ++i) {
     const auto& w = weights[i];
@@ -223,6 +237,10 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
                     {"clip", {c.clip_min, c.clip_max}},
                     {"has_residual", c.has_residual}};
     }
+    if (s.kind == StepKind::kInput && !(s.space_to_depth == SpaceToDepth{})) {
+      const auto& sd = s.space_to_depth;
+      js["space_to_depth"] = {{"block", sd.block}, {"pad_top", sd.pad_top}, {"pad_left", sd.pad_left}};
+    }
     if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool) {
       const auto& p = s.pool;
       js["pool"] = {{"kernel", hw_json(p.kernel)}, {"stride", hw_json(p.stride)},
@@ -322,6 +340,11 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
       if (s.conv.groups < 1 || s.conv.kernel.h < 1 || s.conv.kernel.w < 1 || s.conv.stride.h < 1 ||
           s.conv.stride.w < 1 || s.conv.dilation.h < 1 || s.conv.dilation.w < 1)
         throw std::runtime_error("step '" + s.name + "' has bad convolution attributes");
+    }
+    if (s.kind == StepKind::kInput && js.contains("space_to_depth")) {
+      const auto& sd = js.at("space_to_depth");
+      s.space_to_depth = {sd.at("block").get<int64_t>(), sd.at("pad_top").get<int64_t>(),
+                          sd.at("pad_left").get<int64_t>()};
     }
     if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool) {
       const auto& p = js.at("pool");

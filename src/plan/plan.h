@@ -56,7 +56,7 @@ std::string describe_target(const PlanTarget& target);
 Status check_plan_target(const PlanTarget& plan, const PlanTarget& current);
 
 enum class StepKind : uint8_t {
-  kInput,  // float NCHW (caller's device buffer) -> NHWC storage dtype, C padded
+  kInput,  // float NCHW (caller's device buffer) -> NHWC storage dtype, C padded (space-to-depth)
   kConv,   // inputs {x, [residual]}; fused bias, residual and activation
   kGemm,   // input {x: 1x1xK}; y = x W^T + b (cuBLASLt, bias epilogue)
   kMaxPool,
@@ -78,6 +78,18 @@ struct PlanValue {
   int64_t bytes_per_image() const { return h * w * c * static_cast<int64_t>(dtype_size(dtype)); }
 };
 
+// How kInput rearranges the image for a strided stem convolution (block > 1): output pixel
+// (Y, X), channel (dy * block + dx) * C + c holds input channel c at pixel
+// (Y * block + dy - pad_top, X * block + dx - pad_left), zero outside the image. The stem's
+// k x k / stride-block convolution then becomes a ceil(k / block)^2 stride-1 convolution over
+// block^2 * C channels (ResNet's 7x7/2 over 3 channels: 4x4/1 over 12, padded to 16), which the
+// tensor cores run at a far better rate. block 1 without padding: a plain NCHW -> NHWC copy.
+struct SpaceToDepth {
+  int64_t block = 1;
+  int64_t pad_top = 0, pad_left = 0;
+  bool operator==(const SpaceToDepth&) const = default;
+};
+
 struct PlanStep {
   StepKind kind = StepKind::kInput;
   std::string name;         // the graph node's name ("input"/"output" for conversions)
@@ -92,6 +104,7 @@ struct PlanStep {
   int bias = -1;       // index into Plan::weights: [K] / [out]; -1 when absent
   std::string tactic;  // see the runtime's tactic strings; "" = default
   double flops_per_image = 0;
+  SpaceToDepth space_to_depth;  // kInput
 };
 
 struct PlanWeight {

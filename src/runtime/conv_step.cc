@@ -1,15 +1,36 @@
 #include "runtime/conv_step.h"
 
+#include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/kernels/kernels.h"
 #include "runtime/step_problems.h"
 
 namespace gpulab {
 
-Status launch_conv_step(const cuda::ConvProblem& p, const cuda::CudnnConv* conv, cudnnHandle_t handle,
-                        const cuda::ConvPointers& ptrs, void* workspace, cudaStream_t stream) {
-  if (!conv)
-    return cuda::launch_direct_conv(direct_conv_desc(p), ptrs.x, ptrs.w, ptrs.bias, ptrs.residual, ptrs.y,
-                                    stream);
+ConvKernel conv_kernel_of_tactic(std::string_view tactic) {
+  if (tactic == kDirectTactic) return ConvKernel::kDirect;
+  if (tactic == kDepthwiseTactic) return ConvKernel::kDepthwise;
+  return ConvKernel::kCudnn;
+}
+
+ConvKernel conv_kernel_for(std::string_view tactic, const cuda::CudnnConv* conv) {
+  const ConvKernel kernel = conv_kernel_of_tactic(tactic);
+  return kernel == ConvKernel::kCudnn && !conv ? ConvKernel::kDirect : kernel;
+}
+
+Status launch_conv_step(const cuda::ConvProblem& p, ConvKernel kernel, const cuda::CudnnConv* conv,
+                        cudnnHandle_t handle, const cuda::ConvPointers& ptrs, void* workspace,
+                        cudaStream_t stream) {
+  const void* bias = p.has_bias ? ptrs.bias : nullptr;  // the own kernels add a non-null bias
+  switch (kernel) {
+    case ConvKernel::kDirect:
+      return cuda::launch_direct_conv(direct_conv_desc(p), ptrs.x, ptrs.w, bias, ptrs.residual, ptrs.y,
+                                      stream);
+    case ConvKernel::kDepthwise:
+      return cuda::launch_depthwise_conv(direct_conv_desc(p), ptrs.x, ptrs.w, bias, ptrs.residual, ptrs.y,
+                                         stream);
+    case ConvKernel::kCudnn: break;
+  }
+  if (!conv) return Status::internal("launch_conv_step: a cuDNN step without a cuDNN plan.");
   GPULAB_TRY(conv->launch(handle, ptrs, workspace));
   if (conv->fused()) return Status::ok();
   // y = act(conv + bias + residual), one kernel per term in place on y.
@@ -23,7 +44,7 @@ Status launch_conv_step(const cuda::ConvProblem& p, const cuda::CudnnConv* conv,
     d.clip_min = a.clip_min;
     d.clip_max = a.clip_max;
     d.dtype = p.dtype;
-    d.bias_dtype = p.dtype;
+    d.bias_dtype = p.bias_float32 ? DataType::kFloat32 : p.dtype;
     GPULAB_TRY(kernels::launch_bias_act(d, ptrs.y, ptrs.bias, ptrs.y, stream));
   }
   if (a.has_residual) {

@@ -1,18 +1,40 @@
 // One convolution step at run time: a cuDNN plan (fused, or convolution-only followed by
-// gpulab's bias/residual/activation kernels) or, without one, the direct-convolution fallback.
-// Never allocates or synchronizes (CUDA-graph safe).
+// gpulab's bias/residual/activation kernels) or one of gpulab's own convolutions (the direct
+// convolution, general; the depthwise convolution, groups == c == k). Never allocates or
+// synchronizes (CUDA-graph safe).
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+
+#include <string_view>
 
 #include "backends/cuda/cudnn_conv.h"
 #include "gpulab/status.h"
 
 namespace gpulab {
 
-// `conv` null: the direct convolution. `handle` must be bound to `stream`.
-Status launch_conv_step(const cuda::ConvProblem& problem, const cuda::CudnnConv* conv, cudnnHandle_t handle,
-                        const cuda::ConvPointers& ptrs, void* workspace, cudaStream_t stream);
+// Which implementation runs a convolution step.
+enum class ConvKernel { kCudnn, kDirect, kDepthwise };
+
+// Tactic strings of gpulab's own convolutions (PlanStep::tactic, timing cache).
+inline constexpr std::string_view kDirectTactic = "direct";
+inline constexpr std::string_view kDepthwiseTactic = "depthwise";
+
+// The kernel a tactic string names: "direct" and "depthwise" are gpulab's own; anything else
+// ("cudnn:...", "cudnn-unfused:...", "" for the default) is cuDNN.
+ConvKernel conv_kernel_of_tactic(std::string_view tactic);
+
+// The kernel that runs a step whose tactic is `tactic` and for which `conv` was prepared (null
+// when no cuDNN plan was built): own kernels by name; a cuDNN tactic without a plan falls back
+// to the direct convolution.
+ConvKernel conv_kernel_for(std::string_view tactic, const cuda::CudnnConv* conv);
+
+// `kernel` kCudnn needs `conv` (`handle` bound to `stream`, `workspace` of conv->workspace_bytes());
+// the own kernels ignore conv, handle and workspace. kDepthwise returns invalid_argument for a
+// problem that is not depthwise (cuda::depthwise_conv_supports).
+Status launch_conv_step(const cuda::ConvProblem& problem, ConvKernel kernel, const cuda::CudnnConv* conv,
+                        cudnnHandle_t handle, const cuda::ConvPointers& ptrs, void* workspace,
+                        cudaStream_t stream);
 
 }  // namespace gpulab

@@ -203,7 +203,8 @@ Status ContextImpl::prepare(int64_t batch, BatchState** out) {
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& step = plan.steps[i];
     if (step.kind == StepKind::kConv) {
-      if (step.tactic == "direct") continue;
+      // gpulab's own kernels ("direct", "depthwise") run at every batch size, without a cuDNN plan.
+      if (conv_kernel_of_tactic(step.tactic) != ConvKernel::kCudnn) continue;
       const auto problem = conv_problem(plan, step, batch);
       Result<std::unique_ptr<cuda::CudnnConv>> conv = Status::unsupported("no tactic");
       const bool unfused = step.tactic.rfind("cudnn-unfused:", 0) == 0;
@@ -258,16 +259,25 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
     switch (step.kind) {
       case StepKind::kInput: {
         const PlanValue& y = plan.values[step.output];
-        kernels::NchwToNhwcDesc d{batch, plan.input_channels, plan.input_h, plan.input_w, y.c, y.dtype};
-        status = kernels::launch_nchw_to_nhwc(d, input, value_ptr(step.output), stream);
+        const SpaceToDepth& sd = step.space_to_depth;
+        if (sd == SpaceToDepth{}) {
+          kernels::NchwToNhwcDesc d{batch, plan.input_channels, plan.input_h, plan.input_w, y.c, y.dtype};
+          status = kernels::launch_nchw_to_nhwc(d, input, value_ptr(step.output), stream);
+        } else {
+          kernels::SpaceToDepthDesc d{batch,      plan.input_channels, plan.input_h, plan.input_w, sd.block,
+                                      sd.pad_top, sd.pad_left,         y.h,          y.w,          y.c,
+                                      y.dtype};
+          status = kernels::launch_nchw_to_space_to_depth(d, input, value_ptr(step.output), stream);
+        }
         break;
       }
       case StepKind::kConv: {
         const cuda::ConvPointers ptrs{
             value_ptr(step.inputs[0]), engine_->weight(step.weight), engine_->weight(step.bias),
             step.conv.has_residual ? value_ptr(step.inputs[1]) : nullptr, value_ptr(step.output)};
-        status = launch_conv_step(conv_problem(plan, step, batch), state.convs[i].get(), libs_.cudnn(), ptrs,
-                                  workspace_.get(), stream);
+        const cuda::CudnnConv* conv = state.convs[i].get();
+        status = launch_conv_step(conv_problem(plan, step, batch), conv_kernel_for(step.tactic, conv), conv,
+                                  libs_.cudnn(), ptrs, workspace_.get(), stream);
         break;
       }
       case StepKind::kGemm:
@@ -344,7 +354,9 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
           status =
               kernels::launch_nhwc_to_nchw_f32(d, value_ptr(step.inputs[0]), value_ptr(step.output), stream);
         } else if (x.dtype == DataType::kFloat32) {
-          kernels::NchwToNhwcDesc d{batch, per_image, 1, 1, per_image, y.dtype};
+          // [batch, 1, per_image, 1] NCHW is [batch, per_image, 1, 1] NHWC: an elementwise cast
+          // through the staged conversion kernel (one channel, vector loads).
+          kernels::NchwToNhwcDesc d{batch, 1, per_image, 1, 1, y.dtype};
           status = kernels::launch_nchw_to_nhwc(d, value_ptr(step.inputs[0]), value_ptr(step.output), stream);
         } else {
           status = Status::internal(
@@ -512,8 +524,10 @@ Result<std::shared_ptr<Engine>> build_engine_from_graph(const Graph& graph, cons
     GPULAB_ASSIGN_OR_RETURN(cache, TimingCache::load(options.timing_cache_path));
   }
   GPULAB_ASSIGN_OR_RETURN(const TacticReport report, select_tactics(plan, options, &cache));
-  log_info("build: {} layers timed, {} from the timing cache, {} on the direct fallback", report.timed_layers,
-           report.cached_layers, report.fallback_layers);
+  log_info(
+      "build: {} layers timed, {} from the timing cache, {} on gpulab's own kernels ({} with no cuDNN "
+      "engine)",
+      report.timed_layers, report.cached_layers, report.own_kernel_layers, report.fallback_layers);
   if (!options.timing_cache_path.empty()) GPULAB_TRY(cache.save(options.timing_cache_path));
   GPULAB_ASSIGN_OR_RETURN(auto engine, EngineImpl::create(std::move(plan), options.device));
   return std::shared_ptr<Engine>(std::move(engine));

@@ -23,6 +23,8 @@ inline cuda::ConvProblem conv_problem(const Plan& plan, const PlanStep& step, in
   p.attrs = step.conv;
   p.has_bias = step.bias >= 0;
   p.dtype = y.dtype;
+  p.bias_float32 =
+      p.has_bias && plan.weights[step.bias].dtype == DataType::kFloat32 && y.dtype != DataType::kFloat32;
   p.precision = step.precision;
   return p;
 }
@@ -38,6 +40,7 @@ inline cuda::DirectConvDesc direct_conv_desc(const cuda::ConvProblem& p) {
   d.out_w = p.out_w;
   d.attrs = p.attrs;
   d.dtype = p.dtype;
+  d.bias_float32 = p.bias_float32;
   return d;
 }
 

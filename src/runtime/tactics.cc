@@ -3,10 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <limits>
+#include <optional>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/kernels/kernel_desc.h"
 #include "core/log.h"
 #include "runtime/conv_step.h"
 #include "runtime/step_problems.h"
@@ -22,8 +27,17 @@ constexpr int kTimedRuns = 5;
 // compiled engines).
 constexpr int64_t kMaxFusedCandidates = 6;
 constexpr int64_t kMaxUnfusedCandidates = 3;
+// Layers whose best candidate still takes this long get a wider search, up to this many timed
+// candidates per graph form: build time goes where run time is (ResNet-18's stem at batch 256;
+// every FP32 layer).
+constexpr double kWideSearchMs = 0.25;
+constexpr int64_t kMaxWideCandidates = 16;
 // A candidate asking for more workspace than this is skipped.
 constexpr int64_t kMaxWorkspaceBytes = int64_t{1} << 30;
+// The direct convolution is general but slow (one thread per output): when its first launch
+// already takes this many times the best candidate so far, that launch is its time and it gets
+// no further runs (it cannot win; a 1x1 layer at batch 256 can take ~100 ms per run).
+constexpr double kDirectGiveUpFactor = 4.0;
 
 struct Scratch {
   cuda::DeviceBuffer buffer;
@@ -63,6 +77,38 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     ~EventGuard() { cudaEventDestroy(a), cudaEventDestroy(b); }
   } events{start, stop};
 
+  // Median time in ms of `run` on `stream`, or nullopt when it fails to launch or to finish. The
+  // first launch warms up (and is timed): when it alone exceeds `give_up_ms`, it is the result.
+  auto time_candidate = [&](const std::function<Status()>& run,
+                            double give_up_ms) -> Result<std::optional<double>> {
+    GPULAB_CUDA_TRY(cudaEventRecord(start, stream));
+    const Status first = run();
+    GPULAB_CUDA_TRY(cudaEventRecord(stop, stream));
+    if (!first.is_ok() || cudaEventSynchronize(stop) != cudaSuccess) {
+      cudaGetLastError();
+      return std::optional<double>();
+    }
+    float first_ms = 0;
+    GPULAB_CUDA_TRY(cudaEventElapsedTime(&first_ms, start, stop));
+    if (first_ms > give_up_ms) return std::optional<double>(first_ms);
+    std::vector<float> times;
+    for (int t = 0; t < kTimedRuns; ++t) {
+      GPULAB_CUDA_TRY(cudaEventRecord(start, stream));
+      const Status ok = run();
+      GPULAB_CUDA_TRY(cudaEventRecord(stop, stream));
+      GPULAB_CUDA_TRY(cudaEventSynchronize(stop));
+      if (!ok.is_ok()) return std::optional<double>();
+      float ms = 0;
+      GPULAB_CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
+      times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    return std::optional<double>(times[times.size() / 2]);
+  };
+  auto note_own = [&](const std::string& tactic) {
+    if (conv_kernel_of_tactic(tactic) != ConvKernel::kCudnn) ++report.own_kernel_layers;
+  };
+
   Scratch x, w, b, r, y, ws;
   for (auto& step : plan.steps) {
     if (step.kind == StepKind::kGemm) {
@@ -76,8 +122,18 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       if (const TimingEntry* hit = cache->find(key)) {
         step.tactic = hit->tactic;
         ++report.cached_layers;
+        note_own(step.tactic);
         continue;
       }
+    }
+    // gpulab's own candidates: the depthwise kernel where it applies (batch does not matter), the
+    // direct convolution for every float layer.
+    const bool depthwise_ok = cuda::depthwise_conv_supports(direct_conv_desc(problem));
+    const bool direct_ok = kernels::is_kernel_float_type(problem.dtype);
+    if (!options.time_tactics && depthwise_ok) {
+      step.tactic = std::string(kDepthwiseTactic);
+      ++report.own_kernel_layers;
+      continue;
     }
     // Candidates of the fused graph first, then of the convolution-only graph (followed by
     // gpulab's epilogue kernels, timed with them).
@@ -94,19 +150,25 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         log_info("tactics: {} ({}): {}", step.name, fused ? "fused" : "unfused", conv.status().message());
       }
     }
-    if (forms.empty()) {
+    if (forms.empty() && !depthwise_ok) {
       log_info("tactics: {}: no cuDNN engine; using the direct convolution", step.name);
-      step.tactic = "direct";
+      step.tactic = std::string(kDirectTactic);
       ++report.fallback_layers;
+      ++report.own_kernel_layers;
       continue;
     }
     if (!options.time_tactics) {
-      step.tactic = "direct";
+      step.tactic.clear();
       for (auto& conv : forms) {
-        for (int64_t i = 0; i < conv->candidate_count() && step.tactic == "direct"; ++i)
+        for (int64_t i = 0; i < conv->candidate_count() && step.tactic.empty(); ++i)
           if (conv->select(i).is_ok() && conv->workspace_bytes() <= kMaxWorkspaceBytes)
             step.tactic = conv->tactic(i);
-        if (step.tactic != "direct") break;
+        if (!step.tactic.empty()) break;
+      }
+      if (step.tactic.empty()) {
+        step.tactic = std::string(kDirectTactic);
+        ++report.fallback_layers;
+        ++report.own_kernel_layers;
       }
       continue;
     }
@@ -126,16 +188,18 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     GPULAB_TRY(fill(b.buffer.get(), static_cast<size_t>(yv.c) * 4));
     const cuda::ConvPointers ptrs{x.buffer.get(), w.buffer.get(), b.buffer.get(), r.buffer.get(),
                                   y.buffer.get()};
+    constexpr double kNoLimit = std::numeric_limits<double>::infinity();
 
-    double best_ms = 1e30;
+    double best_ms = kNoLimit;
     std::string best;
     int rejected = 0, over_workspace = 0, failed = 0;  // why candidates did not get timed
-    for (auto& conv : forms) {
-      // Time up to this many candidates that cuDNN builds; those it rejects (FP32 without tensor
-      // cores rejected the first nine of forty on the H200) do not count against the limit.
-      const int64_t max_timed = conv->fused() ? kMaxFusedCandidates : kMaxUnfusedCandidates;
-      int64_t timed = 0;
-      for (int64_t i = 0; i < conv->candidate_count() && timed < max_timed; ++i) {
+    // Per form: the next candidate index and how many were timed, so that the wide search goes on
+    // where the first pass stopped.
+    std::vector<int64_t> next(forms.size(), 0), timed(forms.size(), 0);
+    auto time_cudnn = [&](size_t f, int64_t max_timed) -> Status {
+      auto& conv = forms[f];
+      for (; next[f] < conv->candidate_count() && timed[f] < max_timed; ++next[f]) {
+        const int64_t i = next[f];
         if (!conv->select(i).is_ok()) {
           ++rejected;
           continue;
@@ -147,53 +211,75 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         }
         GPULAB_TRY(ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
         auto run = [&] {
-          return launch_conv_step(problem, conv.get(), libs.cudnn(), ptrs, ws.buffer.get(), stream);
+          return launch_conv_step(problem, ConvKernel::kCudnn, conv.get(), libs.cudnn(), ptrs,
+                                  ws.buffer.get(), stream);
         };
-        if (!run().is_ok()) {
+        GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms, time_candidate(run, kNoLimit));
+        if (!ms) {
           ++failed;
           continue;
         }
-        if (cudaStreamSynchronize(stream) != cudaSuccess) {
-          cudaGetLastError();
-          ++failed;
-          continue;
-        }
-        std::vector<float> times;
-        bool ok = true;
-        for (int t = 0; t < kTimedRuns && ok; ++t) {
-          GPULAB_CUDA_TRY(cudaEventRecord(start, stream));
-          ok = run().is_ok();
-          GPULAB_CUDA_TRY(cudaEventRecord(stop, stream));
-          GPULAB_CUDA_TRY(cudaEventSynchronize(stop));
-          float ms = 0;
-          GPULAB_CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
-          times.push_back(ms);
-        }
-        if (!ok) continue;
-        ++timed;
-        std::sort(times.begin(), times.end());
-        const double median = times[times.size() / 2];
-        log_debug("tactics: {} candidate {} {} {:.4f} ms", step.name, i, conv->tactic(i), median);
-        if (median < best_ms) {
-          best_ms = median;
+        ++timed[f];
+        log_debug("tactics: {} candidate {} {} {:.4f} ms", step.name, i, conv->tactic(i), *ms);
+        if (*ms < best_ms) {
+          best_ms = *ms;
           best = conv->tactic(i);
         }
       }
+      return Status::ok();
+    };
+    // Time up to this many candidates that cuDNN builds; those it rejects (FP32 without tensor
+    // cores rejected the first nine of forty on the H200) do not count against the limit.
+    for (size_t f = 0; f < forms.size(); ++f)
+      GPULAB_TRY(time_cudnn(f, forms[f]->fused() ? kMaxFusedCandidates : kMaxUnfusedCandidates));
+    if (best_ms > kWideSearchMs) {
+      for (size_t f = 0; f < forms.size(); ++f) GPULAB_TRY(time_cudnn(f, kMaxWideCandidates));
+      log_info("tactics: {}: wide search, {} candidates timed", step.name,
+               timed[0] + (timed.size() > 1 ? timed[1] : 0));
     }
-    if (best.empty()) {
+    const bool cudnn_ran = !best.empty();
+    if (!cudnn_ran) {
       log_info(
           "tactics: {}: no cuDNN candidate ran ({} rejected when built, {} over the {} MiB workspace "
-          "limit, {} failed to run); using the direct convolution",
+          "limit, {} failed to run)",
           step.name, rejected, over_workspace, kMaxWorkspaceBytes >> 20, failed);
-      step.tactic = "direct";
       ++report.fallback_layers;
+    }
+
+    // gpulab's own kernels, timed beside cuDNN's candidates. The direct convolution last, so that
+    // a slow first launch can end its timing.
+    auto time_own = [&](ConvKernel kernel, std::string_view tactic, double give_up_ms) -> Status {
+      auto run = [&] { return launch_conv_step(problem, kernel, nullptr, nullptr, ptrs, nullptr, stream); };
+      GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms, time_candidate(run, give_up_ms));
+      if (!ms) {
+        log_info("tactics: {}: {} failed to run", step.name, tactic);
+        return Status::ok();
+      }
+      log_debug("tactics: {} candidate {} {:.4f} ms", step.name, tactic, *ms);
+      if (*ms < best_ms) {
+        best_ms = *ms;
+        best = std::string(tactic);
+      }
+      return Status::ok();
+    };
+    if (depthwise_ok) GPULAB_TRY(time_own(ConvKernel::kDepthwise, kDepthwiseTactic, kNoLimit));
+    if (direct_ok && !best.empty())
+      GPULAB_TRY(time_own(ConvKernel::kDirect, kDirectTactic, kDirectGiveUpFactor * best_ms));
+    if (best.empty()) {
+      // Nothing else ran: the direct convolution without timing it (it is the only choice).
+      log_info("tactics: {}: using the direct convolution", step.name);
+      step.tactic = std::string(kDirectTactic);
+      ++report.own_kernel_layers;
       continue;
     }
     step.tactic = best;
     ++report.timed_layers;
+    note_own(best);
     log_info("tactics: {}: {} ({:.4f} ms at batch {})", step.name, best, best_ms, plan.max_batch);
     if (cache) cache->put(key, TimingEntry{best, best_ms});
   }
+  log_info("tactics: {} convolution layers on gpulab's own kernels, {} without any cuDNN candidate",
+           report.own_kernel_layers, report.fallback_layers);
   return report;
 }
 

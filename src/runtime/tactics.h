@@ -1,6 +1,9 @@
 // Tactic selection at plan build: for each convolution of a lowered plan, time cuDNN's candidate
-// engine configurations at the plan's max batch on this GPU and keep the fastest (or take it from
-// the timing cache). Allocates device memory for the duration of the call; synchronizes.
+// engine configurations and gpulab's own convolutions (the depthwise kernel where groups == c ==
+// k, the direct convolution always) at the plan's max batch on this GPU and keep the fastest (or
+// take it from the timing cache). Without time_tactics: "depthwise" where it applies, else cuDNN's
+// first buildable candidate, else "direct". Allocates device memory for the duration of the call;
+// synchronizes.
 #pragma once
 
 #include "gpulab/engine.h"
@@ -10,13 +13,15 @@
 namespace gpulab {
 
 struct TacticReport {
-  int timed_layers = 0;     // layers whose candidates were timed
-  int cached_layers = 0;    // layers whose tactic came from the timing cache
-  int fallback_layers = 0;  // layers left to the direct-convolution fallback
+  int timed_layers = 0;       // layers whose candidates were timed
+  int cached_layers = 0;      // layers whose tactic came from the timing cache
+  int fallback_layers = 0;    // layers where no cuDNN candidate ran (an own kernel runs them)
+  int own_kernel_layers = 0;  // layers whose tactic is an own kernel ("direct", "depthwise"), cached too
 };
 
-// Fills PlanStep::tactic of every kConv step ("cudnn:..." or "direct") and kGemm step
-// ("cublaslt"). `cache` may be null.
+// Fills PlanStep::tactic of every kConv step ("cudnn:...", "cudnn-unfused:...", "depthwise" or
+// "direct"; see conv_step.h) and kGemm step ("cublaslt"). `cache` may be null; timed winners
+// (own kernels too) are put in it.
 Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, TimingCache* cache);
 
 }  // namespace gpulab

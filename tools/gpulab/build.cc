@@ -18,6 +18,7 @@ void add_build_command(CLI::App& app) {
     int64_t max_batch = 32;
     std::vector<std::string> layer_precision;
     bool no_tactic_timing = false;
+    bool no_stem_space_to_depth = false;
     int device = 0;
   };
   auto opts = std::make_shared<Options>();
@@ -33,6 +34,8 @@ void add_build_command(CLI::App& app) {
   sub->add_option("--layer-precision", opts->layer_precision, "Per-layer precision, NAME=fp32 (repeatable)");
   sub->add_flag("--no-tactic-timing", opts->no_tactic_timing,
                 "Take cuDNN's heuristic choice instead of timing");
+  sub->add_flag("--no-stem-space-to-depth", opts->no_stem_space_to_depth,
+                "Keep a strided few-channel stem convolution as it is (no space-to-depth rewrite)");
   sub->add_option("--device", opts->device, "CUDA device ordinal");
   on_run(sub, [opts]() -> int {
     BuildOptions options;
@@ -42,6 +45,7 @@ void add_build_command(CLI::App& app) {
     options.max_batch = opts->max_batch;
     options.timing_cache_path = opts->timing_cache;
     options.time_tactics = !opts->no_tactic_timing;
+    options.stem_space_to_depth = !opts->no_stem_space_to_depth;
     options.device = opts->device;
     for (const auto& item : opts->layer_precision) {
       const auto eq = item.find('=');

@@ -33,7 +33,8 @@ struct ConvProblem {
   int64_t k = 0, out_h = 0, out_w = 0;  // output NHWC
   ConvAttrs attrs;                      // kernel, stride, pads, dilation, groups, fused epilogue
   bool has_bias = false;
-  DataType dtype = DataType::kFloat32;  // storage type of x, w, bias, residual and y
+  DataType dtype = DataType::kFloat32;  // storage type of x, w, residual and y, and of the bias unless:
+  bool bias_float32 = false;            // the bias is float32 (BF16 plans keep biases in float32)
   Precision precision = Precision::kFp32;
   // false: the cuDNN graph holds the convolution alone and the caller applies bias, residual and
   // activation afterwards (for layers where no fused engine exists or the unfused pair is faster).

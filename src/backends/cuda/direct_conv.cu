@@ -17,11 +17,12 @@ struct Params {
   int activation;  // Activation
   float clip_min, clip_max;
   bool has_residual;
+  bool bias_f32;
 };
 
 template <typename T>
 __global__ void direct_conv_kernel(Params p, const T* __restrict__ x, const T* __restrict__ wt,
-                                   const T* __restrict__ bias, const T* __restrict__ residual,
+                                   const void* __restrict__ bias, const T* __restrict__ residual,
                                    T* __restrict__ y) {
   const int64_t total = p.n * p.out_h * p.out_w * p.k;
   const int64_t cg = p.c / p.groups;
@@ -48,7 +49,7 @@ __global__ void direct_conv_kernel(Params p, const T* __restrict__ x, const T* _
           acc += kernels::to_float(x[xbase + ci]) * kernels::to_float(wt[wbase + ci]);
       }
     }
-    if (bias) acc += kernels::to_float(bias[ko]);
+    if (bias) acc += kernels::load_bias<T>(bias, p.bias_f32, ko);
     if (p.has_residual) acc += kernels::to_float(residual[idx]);
     if (p.activation == static_cast<int>(Activation::kRelu)) acc = fmaxf(acc, 0.0f);
     if (p.activation == static_cast<int>(Activation::kClip)) acc = fminf(fmaxf(acc, p.clip_min), p.clip_max);
@@ -79,13 +80,14 @@ Status launch_typed(const DirectConvDesc& d, const void* x, const void* w, const
            static_cast<int>(a.activation),
            a.clip_min,
            a.clip_max,
-           a.has_residual};
+           a.has_residual,
+           d.bias_float32};
   const int64_t total = d.n * d.out_h * d.out_w * d.k;
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535 * 8);
   direct_conv_kernel<T><<<static_cast<unsigned>(std::max<int64_t>(blocks, 1)), threads, 0, stream>>>(
-      p, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
-      static_cast<const T*>(res), static_cast<T*>(y));
+      p, static_cast<const T*>(x), static_cast<const T*>(w), b, static_cast<const T*>(res),
+      static_cast<T*>(y));
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     return Status::device_error(std::string("direct_conv: launch failed (") + cudaGetErrorString(err) + ").");

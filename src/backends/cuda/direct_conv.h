@@ -17,7 +17,8 @@ struct DirectConvDesc {
   int64_t n = 0, c = 0, h = 0, w = 0;   // input NHWC, c = channels per pixel (all groups)
   int64_t k = 0, out_h = 0, out_w = 0;  // output NHWC [n, out_h, out_w, k]
   ConvAttrs attrs;                      // kernel, stride, pads, dilation, groups, epilogue
-  DataType dtype = DataType::kFloat32;  // x, w, bias, residual and y
+  DataType dtype = DataType::kFloat32;  // x, w, residual and y, and the bias unless:
+  bool bias_float32 = false;            // the bias is float32 (BF16 plans keep biases in float32)
 };
 
 // x [n,h,w,c]; weight [k, r, s, c/groups]; bias [k] or null; residual [n,out_h,out_w,k] or null

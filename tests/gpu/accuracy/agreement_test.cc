@@ -119,7 +119,9 @@ TEST(AccuracyGpu, HalfPrecisionsAgreeWithFp32OnSampleSet) {
                 100.0 * s.correct1 / n, 100.0 * s.correct5 / n, agreement);
     ::testing::Test::RecordProperty(std::string(precision_name(p)) + "_top1_agreement",
                                     std::to_string(agreement));
-    if (p != Precision::kFp32) EXPECT_GE(agreement, 99.5) << precision_name(p);
+    if (p != Precision::kFp32) {
+      EXPECT_GE(agreement, 99.5) << precision_name(p);
+    }
   }
   // FP32 on the GPU is the reference computation; the independent numpy executor reported top-1
   // 86.6% / top-5 97.5% on the original (un-resized) photos of the same set.

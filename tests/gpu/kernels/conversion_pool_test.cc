@@ -84,6 +84,51 @@ TEST(ConvertKernels, NchwToNhwcUnalignedPointersAndManyChannels) {
   }
 }
 
+// The rewritten stem's input: expected values from the layout's definition (kernel_desc.h).
+void check_space_to_depth(const SpaceToDepthDesc& d, size_t y_offset_bytes = 0) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(d.dtype) << " n" << d.n << " c" << d.c << " " << d.h << "x"
+                                    << d.w << " block " << d.block << " pads " << d.pad_top << ","
+                                    << d.pad_left << " -> " << d.out_h << "x" << d.out_w << "x" << d.c_out
+                                    << " y offset " << y_offset_bytes);
+  const std::vector<float> x = random_values(d.n * d.c * d.h * d.w, 13);
+  std::vector<float> expected(d.n * d.out_h * d.out_w * d.c_out, 0.0f);
+  for (int64_t n = 0; n < d.n; ++n)
+    for (int64_t oy = 0; oy < d.out_h; ++oy)
+      for (int64_t ox = 0; ox < d.out_w; ++ox)
+        for (int64_t dy = 0; dy < d.block; ++dy)
+          for (int64_t dx = 0; dx < d.block; ++dx)
+            for (int64_t c = 0; c < d.c; ++c) {
+              const int64_t iy = oy * d.block + dy - d.pad_top, ix = ox * d.block + dx - d.pad_left;
+              if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) continue;
+              expected[((n * d.out_h + oy) * d.out_w + ox) * d.c_out + (dy * d.block + dx) * d.c + c] =
+                  x[((n * d.c + c) * d.h + iy) * d.w + ix];
+            }
+  expected = round_to(expected, d.dtype);
+  DeviceBuffer dx(encode(x, DataType::kFloat32));
+  DeviceBuffer dy(poison_bytes(expected.size() * dtype_size(d.dtype)), y_offset_bytes);
+  ASSERT_TRUE(launch_nchw_to_space_to_depth(d, dx.get(), dy.get(), nullptr).is_ok());
+  expect_synced();
+  expect_exact(decode(dy.download(), d.dtype), expected);
+  EXPECT_TRUE(dy.tail_untouched());
+}
+
+TEST(ConvertKernels, NchwToSpaceToDepthForRewrittenStems) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  for (DataType dtype : float_types()) {
+    const int64_t c_out = dtype == DataType::kFloat32 ? 12 : 16;
+    // ResNet-18's 7x7/2 stem (4x4 taps over 115x115), batch 2 and 1; MobileNetV2's 3x3/2.
+    check_space_to_depth({2, 3, 224, 224, 2, 3, 3, 115, 115, c_out, dtype});
+    check_space_to_depth({1, 3, 224, 224, 2, 3, 3, 115, 115, c_out, dtype});
+    check_space_to_depth({2, 3, 224, 224, 2, 1, 1, 113, 113, c_out, dtype});
+    // Odd sizes, asymmetric and no padding, stride 3, c_out not a whole number of vectors, and
+    // an unaligned output (the scalar store path).
+    check_space_to_depth({3, 3, 29, 31, 2, 3, 3, 17, 18, c_out, dtype});
+    check_space_to_depth({2, 1, 27, 27, 3, 2, 1, 10, 9, 9, dtype});
+    check_space_to_depth({1, 3, 20, 20, 2, 0, 0, 10, 10, 13, dtype});
+    check_space_to_depth({2, 3, 16, 16, 2, 3, 3, 11, 11, c_out, dtype}, /*y_offset_bytes=*/dtype_size(dtype));
+  }
+}
+
 void check_normalize_u8(int64_t n, int64_t h, int64_t w, int64_t c, int64_t c_out, DataType dtype,
                         size_t x_offset_bytes = 0, size_t y_offset_bytes = 0) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n" << n << " " << h << "x" << w << "x" << c

@@ -175,5 +175,17 @@ TEST(LinearDesc, Validation) {
                  "out_dtype");
 }
 
+TEST(ConversionDescs, SpaceToDepthValidation) {
+  const auto desc = [](int64_t block, int64_t pad_top, int64_t c_out, DataType dtype) {
+    return SpaceToDepthDesc{1, 3, 8, 8, block, pad_top, 0, 4, 4, c_out, dtype};
+  };
+  EXPECT_TRUE(validate(desc(2, 0, 12, DataType::kFloat32)).is_ok());
+  EXPECT_TRUE(validate(desc(2, 3, 16, DataType::kBFloat16)).is_ok());
+  expect_invalid(validate(desc(2, 0, 11, DataType::kFloat16)), "block^2 * c");
+  expect_invalid(validate(desc(0, 0, 16, DataType::kFloat16)), "block");
+  expect_invalid(validate(desc(2, -1, 16, DataType::kFloat16)), "pads");
+  expect_invalid(validate(desc(2, 0, 16, DataType::kInt8)), "SpaceToDepthDesc");
+}
+
 }  // namespace
 }  // namespace gpulab::kernels

@@ -1,11 +1,9 @@
 // The kernels against the CPU reference backend (run_reference_node), op by op, as in ggml's
 // test-backend-ops: the reference runs the ONNX node on NCHW float32 tensors holding the same
 // (dtype-rounded) values the kernel sees on the device in NHWC.
-#include <span>
-
 #include "backends/cuda/kernels/kernels.h"
-#include "backends/reference/reference_executor.h"
 #include "kernel_test_util.h"
+#include "reference_util.h"
 
 namespace gpulab::kernels {
 namespace {
@@ -16,41 +14,12 @@ using testing::encode;
 using testing::expect_close;
 using testing::expect_synced;
 using testing::float_types;
+using testing::Nhwc;
 using testing::random_values;
 using testing::round_to;
-
-struct Nhwc {
-  int64_t n, h, w, c;
-  int64_t count() const { return n * h * w * c; }
-};
-
-Tensor to_nchw_tensor(const std::vector<float>& nhwc, Nhwc s) {
-  std::vector<float> nchw(nhwc.size());
-  for (int64_t n = 0; n < s.n; ++n)
-    for (int64_t p = 0; p < s.h * s.w; ++p)
-      for (int64_t c = 0; c < s.c; ++c)
-        nchw[(n * s.c + c) * s.h * s.w + p] = nhwc[(n * s.h * s.w + p) * s.c + c];
-  return Tensor::from_floats(Shape{s.n, s.c, s.h, s.w}, nchw);
-}
-
-std::vector<float> to_nhwc(const Tensor& nchw) {
-  const Shape& sh = nchw.shape();
-  const int64_t n = sh[0], c = sh[1], h = sh.rank() > 2 ? sh[2] : 1, w = sh.rank() > 3 ? sh[3] : 1;
-  const std::span<const float> x = nchw.f32();
-  std::vector<float> y(x.size());
-  for (int64_t in = 0; in < n; ++in)
-    for (int64_t ic = 0; ic < c; ++ic)
-      for (int64_t p = 0; p < h * w; ++p) y[(in * h * w + p) * c + ic] = x[(in * c + ic) * h * w + p];
-  return y;
-}
-
-// Runs `node` on the reference backend; fails the test on error.
-Tensor run_reference(const Node& node, std::vector<const Tensor*> inputs) {
-  std::vector<Tensor> outputs;
-  const Status s = run_reference_node(node, inputs, outputs);
-  EXPECT_TRUE(s.is_ok()) << s.to_string();
-  return outputs.empty() ? Tensor() : outputs[0];
-}
+using testing::run_reference;
+using testing::to_nchw_tensor;
+using testing::to_nhwc;
 
 void check_pool_vs_reference(PoolDesc d) {
   d = with_output_size(d);

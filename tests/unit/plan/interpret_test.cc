@@ -109,7 +109,8 @@ TEST(PlanConversions, RoundToDtypeAndBack) {
 // bfloat16, and an error against FP32 of bfloat16's size.
 TEST(PlanInterpreter, StorageEmulationMatchesBf16Plan) {
   const Graph g = block_classifier();
-  const std::map<std::string, Precision> all_bf16 = {{"dw", Precision::kBf16}, {"project", Precision::kBf16}};
+  const std::map<std::string, Precision> all_bf16 = {
+      {"stem", Precision::kBf16}, {"dw", Precision::kBf16}, {"project", Precision::kBf16}};
   const Plan bf16 = lower_or_die(g, Precision::kBf16, all_bf16);
   const Plan fp32 = lower_or_die(g, Precision::kFp32);
   for (const auto& v : bf16.values) EXPECT_EQ(v.dtype, DataType::kBFloat16) << v.name;
@@ -154,11 +155,12 @@ TEST(PlanInterpreter, RefusesBadInput) {
   EXPECT_NE(bad_dtype.status().message().find("int8"), std::string::npos);
 }
 
-TEST(PrecisionPolicy, Bf16KeepsDepthwiseAndLinearProjectionsInTf32) {
+TEST(PrecisionPolicy, Bf16KeepsStemDepthwiseAndLinearProjectionsInTf32) {
   const Graph g = block_classifier();
   const auto policy = default_layer_precision(g, Precision::kBf16);
   EXPECT_EQ(policy,
-            (std::map<std::string, Precision>{{"dw", Precision::kTf32}, {"project", Precision::kTf32}}));
+            (std::map<std::string, Precision>{
+                {"stem", Precision::kTf32}, {"dw", Precision::kTf32}, {"project", Precision::kTf32}}));
   EXPECT_TRUE(default_layer_precision(g, Precision::kFp16).empty());
   EXPECT_TRUE(default_layer_precision(g, Precision::kFp32).empty());
 
@@ -167,8 +169,13 @@ TEST(PrecisionPolicy, Bf16KeepsDepthwiseAndLinearProjectionsInTf32) {
   for (const auto& s : plan.steps) by_name[s.name] = &s;
   ASSERT_TRUE(by_name.contains("dw") && by_name.contains("project") && by_name.contains("expand"));
   EXPECT_EQ(by_name["expand"]->precision, Precision::kBf16);
-  EXPECT_EQ(by_name["stem"]->precision, Precision::kBf16);
-  for (const char* name : {"dw", "project"}) {
+  // A BF16 layer keeps BF16 weights and a float32 bias.
+  EXPECT_EQ(plan.weights[by_name["expand"]->weight].dtype, DataType::kBFloat16);
+  EXPECT_EQ(plan.weights[by_name["expand"]->bias].dtype, DataType::kFloat32);
+  // The stem, the input's only reader, runs in TF32, so the input is float32: no cast before it.
+  EXPECT_EQ(plan.values[0].dtype, DataType::kFloat32);
+  EXPECT_EQ(by_name["stem"]->inputs[0], 0);
+  for (const char* name : {"stem", "dw", "project"}) {
     const PlanStep& s = *by_name[name];
     EXPECT_EQ(s.precision, Precision::kTf32) << name;
     EXPECT_EQ(plan.weights[s.weight].dtype, DataType::kFloat32) << name;
@@ -176,8 +183,9 @@ TEST(PrecisionPolicy, Bf16KeepsDepthwiseAndLinearProjectionsInTf32) {
     EXPECT_EQ(plan.values[s.output].dtype, DataType::kFloat32) << name;
     for (int v : s.inputs) EXPECT_EQ(plan.values[v].dtype, DataType::kFloat32) << name;
   }
-  // The depthwise output is read by the projection as written (no round trip through BF16); the
-  // casts are: expand output -> fp32, stem output -> fp32 (residual), project output -> bf16.
+  // The depthwise output is read by the projection as written (no round trip through BF16), and
+  // the stem's by the projection's residual; the casts are: stem output -> bf16 (expand), expand
+  // output -> fp32 (depthwise), project output -> bf16 (pooling).
   EXPECT_EQ(by_name["project"]->inputs[0], by_name["dw"]->output);
   int casts = 0;
   for (const auto& s : plan.steps) {

@@ -155,16 +155,19 @@ void check_bf16_plan(bool photos, double without_policy_min) {
       photos ? "photos" : "random N(0,1)", e_plain, e_mixed, fp32_convs, 100 * fp32_flops / all_flops, casts,
       plain->weights_bytes() / 1048576.0, mixed->weights_bytes() / 1048576.0);
   EXPECT_GT(e_plain, without_policy_min);
-  EXPECT_LE(e_mixed, 2e-2);   // the bound is 3e-2; the margin covers GPU tactics that round more
-  EXPECT_EQ(fp32_convs, 34);  // 17 depthwise + 17 projections
+  EXPECT_GT(e_plain, 2.5 * e_mixed);
+  EXPECT_LE(e_mixed, 1.2e-2);  // the bound is 3e-2; the margin covers GPU tactics that round more
+  EXPECT_EQ(fp32_convs, 35);   // 17 depthwise + 17 projections + the stem
 }
 
+// All-BF16 plans (float32 biases) emulate at 2.6e-2 (photos) and 3.9e-2 (random input); with
+// BF16 biases as well the H200 measured 6.3e-2 on the random input.
 TEST(PrecisionModels, Bf16PolicyMeetsBoundOnPhotos) {
-  check_bf16_plan(true, 3e-2);
+  check_bf16_plan(true, 2e-2);
 }
-// The input of tests/gpu/engine's BundledMobileNetV2AllPrecisions (6.3e-2 measured on the H200).
+// The input of tests/gpu/engine's BundledMobileNetV2AllPrecisions.
 TEST(PrecisionModels, Bf16PolicyMeetsBoundOnRandomInput) {
-  check_bf16_plan(false, 6e-2);
+  check_bf16_plan(false, 3e-2);
 }
 
 TEST(PrecisionModels, Fp16PlanWithinBound) {

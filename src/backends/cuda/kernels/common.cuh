@@ -47,6 +47,13 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
+// Bias element i of a layer of T whose bias is stored as float32 (bias_f32: BF16 plans keep
+// biases in float32) or as T.
+template <typename T>
+__device__ __forceinline__ float load_bias(const void* bias, bool bias_f32, int64_t i) {
+  return bias_f32 ? static_cast<const float*>(bias)[i] : to_float(static_cast<const T*>(bias)[i]);
+}
+
 // ---- vectors ---------------------------------------------------------------------------------
 
 // kVec<T> elements make one 16-byte access (float4 for float32, 8 halves for the 16-bit types).

@@ -6,6 +6,8 @@
  *                     x * scale[c] + shift[c] with scale = 1 / (255 std), shift = -mean / std,
  *                     channels [c, c_out) zero.
  *   nhwc_to_nchw_f32: NHWC of T (channel stride c_stored) -> float32 NCHW; h = w = 1 is a cast.
+ *   nchw_to_space_to_depth: float32 NCHW -> the space-to-depth NHWC input of a rewritten stem
+ *                     (kernel_desc.h), zeros outside the image and in the padding channels.
  * Layout: dense tensors.
  *   The two input conversions are staged through shared memory, one tile of kTilePixels = 512
  *   consecutive pixels of the flattened n*h*w axis at a time:
@@ -36,6 +38,14 @@
  *   kernel took 0.393 ms, 916 GB/s). normalize_u8 to fp16 c_out 8 at batch 256: 38.5 + 206 MB,
  *   ~0.058 ms. Batch 1: 1.4 MB, ~0.3 us of traffic, so the launch latency (a few us) dominates.
  *   bench/kernels/convert_bench measures both.
+ *   nchw_to_space_to_depth: one thread per output pixel builds its c_out channels in
+ *   registers, kVec<T> at a time, and stores each vector with one 16-byte store (a warp writes
+ *   32 consecutive pixels: 1 KB contiguous for fp16 with c_out = 16); its loads are one float
+ *   per channel, block^2 c of them, from block adjacent columns of block rows, so a warp's loads
+ *   of one (row, column offset) cover 32 * block consecutive floats and L1 serves the other
+ *   offsets. ResNet-18 at batch 256 to fp16 (115x115x16): 154 MB read + 108 MB written, ~0.065 ms
+ *   at 4 TB/s. Grid-stride loop of 256 threads. c_out % kVec<T> != 0 or an unaligned y: the same
+ *   loop with scalar stores.
  * Tolerance vs the reference: float32 within 1e-6 relative (one fma differs from divide-subtract);
  *   float16/bfloat16 exactly the round-to-nearest-even of the float32 value. nchw_to_nhwc is
  *   exact: values pass through shared memory as float32 and are rounded once.
@@ -165,6 +175,50 @@ __global__ void nchw_to_nhwc_pixel_kernel(const float* __restrict__ x, T* __rest
     T* yp = y + pixel * c_out;
     for (int64_t ch = 0; ch < c; ++ch) yp[ch] = from_float<T>(xp[ch * hw]);
     for (int64_t ch = c; ch < c_out; ++ch) yp[ch] = from_float<T>(0.0f);
+  }
+}
+
+struct SpaceToDepthParams {
+  int64_t pixels;  // n * out_h * out_w
+  int c, h, w, block, pad_top, pad_left, out_h, out_w, c_out;
+};
+
+// V: elements per store (kVec<T>, or 1 for the scalar path; c_out % V == 0).
+template <typename T, int V>
+__global__ void nchw_to_space_to_depth_kernel(const float* __restrict__ x, T* __restrict__ y,
+                                              SpaceToDepthParams p) {
+  const int c_valid = p.block * p.block * p.c;
+  for (int64_t pixel = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; pixel < p.pixels;
+       pixel += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int ox = static_cast<int>(pixel % p.out_w);
+    const int64_t t = pixel / p.out_w;
+    const int oy = static_cast<int>(t % p.out_h);
+    const int64_t n = t / p.out_h;
+    const float* xn = x + n * p.c * p.h * p.w;
+    T* yp = y + pixel * p.c_out;
+    // Channel ch = (dy * block + dx) * c + cc, walked with counters instead of divisions.
+    int cc = 0, dx = 0, dy = 0;
+    for (int ch0 = 0; ch0 < p.c_out; ch0 += V) {
+      Vec<T, V> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        float v = 0.0f;
+        if (ch0 + k < c_valid) {
+          const int iy = oy * p.block + dy - p.pad_top, ix = ox * p.block + dx - p.pad_left;
+          if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
+            v = __ldg(xn + (static_cast<int64_t>(cc) * p.h + iy) * p.w + ix);
+          if (++cc == p.c) {
+            cc = 0;
+            if (++dx == p.block) {
+              dx = 0;
+              ++dy;
+            }
+          }
+        }
+        out.v[k] = from_float<T>(v);
+      }
+      *reinterpret_cast<Vec<T, V>*>(yp + ch0) = out;
+    }
   }
 }
 
@@ -309,6 +363,26 @@ Status launch_nchw_to_nhwc(const NchwToNhwcDesc& desc, const void* x, void* y, c
     nchw_to_nhwc_pixel_kernel<T>
         <<<grid_for(pixels), kThreads, 0, stream>>>(xf, yt, pixels, desc.c, hw, desc.c_out);
     return check_launch("launch_nchw_to_nhwc", "nchw_to_nhwc_pixel_kernel");
+  });
+}
+
+Status launch_nchw_to_space_to_depth(const SpaceToDepthDesc& desc, const void* x, void* y,
+                                     cudaStream_t stream) {
+  GPULAB_TRY(validate(desc));
+  const SpaceToDepthParams p{desc.n * desc.out_h * desc.out_w, static_cast<int>(desc.c),
+                             static_cast<int>(desc.h),         static_cast<int>(desc.w),
+                             static_cast<int>(desc.block),     static_cast<int>(desc.pad_top),
+                             static_cast<int>(desc.pad_left),  static_cast<int>(desc.out_h),
+                             static_cast<int>(desc.out_w),     static_cast<int>(desc.c_out)};
+  return dispatch_float_type(desc.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    const float* xf = static_cast<const float*>(x);
+    T* yt = static_cast<T*>(y);
+    if (desc.c_out % kVec<T> == 0 && is_aligned(y, 16))
+      nchw_to_space_to_depth_kernel<T, kVec<T>><<<grid_for(p.pixels), kThreads, 0, stream>>>(xf, yt, p);
+    else
+      nchw_to_space_to_depth_kernel<T, 1><<<grid_for(p.pixels), kThreads, 0, stream>>>(xf, yt, p);
+    return check_launch("launch_nchw_to_space_to_depth", "nchw_to_space_to_depth_kernel");
   });
 }
 

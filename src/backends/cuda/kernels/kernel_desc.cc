@@ -51,6 +51,26 @@ Status validate(const NchwToNhwcDesc& d) {
   return check_float_type(kWhere, d.dtype);
 }
 
+Status validate(const SpaceToDepthDesc& d) {
+  constexpr std::string_view kWhere = "SpaceToDepthDesc";
+  for (auto [name, v] : {std::pair{"n", d.n},
+                         {"c", d.c},
+                         {"h", d.h},
+                         {"w", d.w},
+                         {"block", d.block},
+                         {"out_h", d.out_h},
+                         {"out_w", d.out_w}})
+    GPULAB_TRY(check_positive(kWhere, name, v));
+  if (d.pad_top < 0 || d.pad_left < 0)
+    return Status::invalid_argument(
+        fmt::format("{}: pads must be >= 0 (top {}, left {}).", kWhere, d.pad_top, d.pad_left));
+  if (d.c_out < d.block * d.block * d.c)
+    return Status::invalid_argument(
+        fmt::format("{}: c_out must hold block^2 * c channels (c_out {}, block {}, c {}).", kWhere, d.c_out,
+                    d.block, d.c));
+  return check_float_type(kWhere, d.dtype);
+}
+
 Status validate(const NormalizeU8Desc& d) {
   constexpr std::string_view kWhere = "NormalizeU8Desc";
   GPULAB_TRY(check_positive(kWhere, "n", d.n));

@@ -36,6 +36,17 @@ struct NchwToNhwcDesc {
 };
 Status validate(const NchwToNhwcDesc& desc);
 
+// float32 NCHW -> the space-to-depth NHWC layout of a rewritten stem (plan.h's SpaceToDepth):
+// y[n, Y, X, (dy * block + dx) * c + ch] = x[n, ch, Y * block + dy - pad_top, X * block + dx -
+// pad_left], zero outside the image and in channels [block^2 c, c_out).
+struct SpaceToDepthDesc {
+  int64_t n = 0, c = 0, h = 0, w = 0;  // the NCHW input
+  int64_t block = 2, pad_top = 0, pad_left = 0;
+  int64_t out_h = 0, out_w = 0, c_out = 0;  // the output's pixels and channels (c_out >= block^2 c)
+  DataType dtype = DataType::kFloat32;
+};
+Status validate(const SpaceToDepthDesc& desc);
+
 // Largest channel count the uint8 normalisation accepts (gray, RGB, RGBA).
 inline constexpr int kMaxNormalizeChannels = 4;
 

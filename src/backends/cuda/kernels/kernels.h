@@ -23,6 +23,10 @@ namespace gpulab::kernels {
 // x: float32 NCHW [n, c, h, w]; y: NHWC [n, h, w, c_out] of desc.dtype.
 Status launch_nchw_to_nhwc(const NchwToNhwcDesc& desc, const void* x, void* y, cudaStream_t stream);
 
+// x: float32 [n, c, h, w]; y: NHWC [n, out_h, out_w, c_out] of desc.dtype, space-to-depth.
+Status launch_nchw_to_space_to_depth(const SpaceToDepthDesc& desc, const void* x, void* y,
+                                     cudaStream_t stream);
+
 // x: uint8 [n, h, w, c]; y: NHWC [n, h, w, c_out] of desc.dtype.
 Status launch_normalize_u8(const NormalizeU8Desc& desc, const void* x, void* y, cudaStream_t stream);
 

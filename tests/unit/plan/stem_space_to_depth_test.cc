@@ -1,0 +1,144 @@
+// The space-to-depth stem rewrite (plan.h's SpaceToDepth, lower.h's stem_space_to_depth): which
+// stems it takes, the plan it makes, and that the rewritten plan, run by the CPU interpreter,
+// computes what the reference backend computes on the original graph, for kernel sizes that are
+// and are not multiples of the stride, odd image sizes and asymmetric padding.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "backends/reference/reference_executor.h"
+#include "plan/interpret.h"
+#include "plan/lower.h"
+
+namespace gpulab {
+namespace {
+
+Tensor random_tensor(Shape shape, uint32_t seed) {
+  Tensor t(DataType::kFloat32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& x : t.f32()) x = dist(rng);
+  return t;
+}
+
+// input [N, c, h, w] -> Conv (8 outputs, `a`) + ReLU -> MaxPool 2x2 -> GlobalAveragePool ->
+// Flatten -> Gemm(5).
+Graph stem_classifier(int64_t c, int64_t h, int64_t w, ConvAttrs a) {
+  Graph g;
+  g.name = "stem";
+  g.inputs = {"input"};
+  g.values["input"] = ValueInfo{DataType::kFloat32, Shape{Shape::kBatch, c, h, w}, std::nullopt};
+  g.initializers["w"] = random_tensor(Shape{8, c, a.kernel.h, a.kernel.w}, 1);
+  g.initializers["b"] = random_tensor(Shape{8}, 2);
+  g.initializers["fc.w"] = random_tensor(Shape{5, 8}, 3);
+  g.initializers["fc.b"] = random_tensor(Shape{5}, 4);
+  a.activation = Activation::kRelu;
+  PoolAttrs pool;
+  pool.kernel = {2, 2};
+  pool.stride = {2, 2};
+  GemmAttrs ga;
+  ga.trans_b = true;
+  g.nodes = {Node{"stem", OpType::kConv, {"input", "w", "b"}, {"s"}, a},
+             Node{"pool", OpType::kMaxPool, {"s"}, {"p"}, pool},
+             Node{"gap", OpType::kGlobalAveragePool, {"p"}, {"g"}, {}},
+             Node{"flat", OpType::kFlatten, {"g"}, {"f"}, FlattenAttrs{1}},
+             Node{"fc", OpType::kGemm, {"f", "fc.w", "fc.b"}, {"logits"}, ga}};
+  g.outputs = {"logits"};
+  EXPECT_TRUE(g.infer_shapes().is_ok());
+  return g;
+}
+
+ConvAttrs conv(int64_t k, int64_t stride, Pads pads) {
+  ConvAttrs a;
+  a.kernel = {k, k};
+  a.stride = {stride, stride};
+  a.pads = pads;
+  return a;
+}
+
+// Lowers `g` with the rewrite on (FP32 storage), checks the rewrite happened, and compares the
+// interpreted plan with the reference backend at batch 2.
+void expect_rewrite_matches_reference(const Graph& g) {
+  BuildOptions options;
+  options.precision = Precision::kFp32;
+  options.max_batch = 2;
+  auto plan = lower_graph(g, options);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  ASSERT_GT(plan->steps[0].space_to_depth.block, 1) << "the stem was not rewritten";
+  EXPECT_TRUE(plan->validate().is_ok());
+  auto back = deserialize_plan(serialize_plan(*plan));  // the layout survives the plan file
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->steps[0].space_to_depth, plan->steps[0].space_to_depth);
+  const Shape& in = g.value("input")->shape;
+  const Tensor x = random_tensor(Shape{2, in[1], in[2], in[3]}, 9);
+  auto exec = ReferenceExecutor::create(g);
+  ASSERT_TRUE(exec.is_ok());
+  auto ref = exec->run(std::vector<Tensor>{x});
+  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+  const std::vector<float> xs(x.f32().begin(), x.f32().end());
+  auto got = interpret_plan(*back, xs, 2);
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  const ErrorStats e = compare(*got, (*ref)[0].f32());
+  EXPECT_LE(e.rel_l2, 1e-6);
+  EXPECT_EQ(e.non_finite, 0);
+}
+
+TEST(StemSpaceToDepth, ResNetStemBecomesA4x4ConvolutionOver16Channels) {
+  const Graph g = stem_classifier(3, 224, 224, conv(7, 2, {3, 3, 3, 3}));
+  BuildOptions options;
+  options.precision = Precision::kFp16;
+  auto plan = lower_graph(g, options);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  EXPECT_EQ(plan->steps[0].space_to_depth, (SpaceToDepth{2, 3, 3}));
+  const PlanValue& x = plan->values[0];
+  EXPECT_EQ(x.h, 115);  // 112 outputs + 4 taps - 1
+  EXPECT_EQ(x.w, 115);
+  EXPECT_EQ(x.c_valid, 12);
+  EXPECT_EQ(x.c, 16);  // padded for FP16 tensor cores
+  const PlanStep& stem = plan->steps[1];
+  ASSERT_EQ(stem.kind, StepKind::kConv);
+  EXPECT_EQ(stem.conv.kernel, (Hw{4, 4}));
+  EXPECT_EQ(stem.conv.stride, (Hw{1, 1}));
+  EXPECT_EQ(stem.conv.pads, Pads{});
+  EXPECT_EQ(plan->weights[stem.weight].shape, (Shape{8, 4, 4, 16}));
+  EXPECT_EQ(plan->values[stem.output].h, 112);
+
+  options.stem_space_to_depth = false;
+  auto plain = lower_graph(g, options);
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_EQ(plain->steps[0].space_to_depth, SpaceToDepth{});
+  EXPECT_EQ(plain->values[0].h, 224);
+  EXPECT_EQ(plain->values[0].c, 8);
+  // FLOPs stay the model's, not the zero-padded rewrite's.
+  EXPECT_DOUBLE_EQ(stem.flops_per_image, plain->steps[1].flops_per_image);
+}
+
+TEST(StemSpaceToDepth, RewrittenPlansMatchTheReference) {
+  expect_rewrite_matches_reference(stem_classifier(3, 30, 30, conv(7, 2, {3, 3, 3, 3})));  // ResNet
+  expect_rewrite_matches_reference(stem_classifier(3, 29, 31, conv(7, 2, {3, 3, 3, 3})));  // odd sizes
+  expect_rewrite_matches_reference(stem_classifier(3, 32, 32, conv(3, 2, {1, 1, 1, 1})));  // MobileNetV2
+  expect_rewrite_matches_reference(stem_classifier(3, 33, 32, conv(3, 2, {0, 0, 1, 1})));  // SAME-style pads
+  expect_rewrite_matches_reference(stem_classifier(1, 27, 27, conv(5, 3, {2, 1, 0, 2})));  // stride 3, gray
+  expect_rewrite_matches_reference(stem_classifier(4, 20, 20, conv(4, 2, {0, 0, 0, 0})));  // k = 2 b, RGBA
+}
+
+TEST(StemSpaceToDepth, TakesOnlyStemsItCanRewrite) {
+  auto rewritten = [](const Graph& g) { return stem_space_to_depth(g, BuildOptions{}).has_value(); };
+  EXPECT_TRUE(rewritten(stem_classifier(3, 32, 32, conv(7, 2, {3, 3, 3, 3}))));
+  EXPECT_FALSE(rewritten(stem_classifier(3, 32, 32, conv(3, 1, {1, 1, 1, 1}))));  // stride 1
+  EXPECT_FALSE(rewritten(stem_classifier(8, 32, 32, conv(3, 2, {1, 1, 1, 1}))));  // 4 * 8 > 16 channels
+  EXPECT_FALSE(rewritten(stem_classifier(3, 32, 32, conv(1, 2, {0, 0, 0, 0}))));  // kernel < stride
+  ConvAttrs uneven = conv(3, 2, {1, 1, 1, 1});
+  uneven.stride = {2, 1};
+  EXPECT_FALSE(rewritten(stem_classifier(3, 32, 32, uneven)));
+  ConvAttrs dilated = conv(3, 2, {2, 2, 2, 2});
+  dilated.dilation = {2, 2};
+  EXPECT_FALSE(rewritten(stem_classifier(3, 32, 32, dilated)));
+  // The input read by a second node as well: the plain layout is needed.
+  Graph two = stem_classifier(3, 32, 32, conv(7, 2, {3, 3, 3, 3}));
+  two.nodes.push_back(Node{"extra", OpType::kRelu, {"input"}, {"r"}, {}});
+  EXPECT_FALSE(rewritten(two));
+}
+
+}  // namespace
+}  // namespace gpulab
