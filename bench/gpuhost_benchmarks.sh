@@ -88,8 +88,8 @@ if has bench; then
 fi
 if has compile; then
   # torch.compile (max-autotune) beside eager, CUDA graphs and gpulab; compiling takes minutes.
-  timeout $(($(left) - 30)) python3 bench/compare_pytorch.py "$r18" --gpulab "$gpulab" --modes eager,graph,compile,gpulab \
-    ${COMPILE_ARGS:---batch 256,1 --precision fp16} --json "$out/compare_compile_resnet18.json" \
+  timeout ${COMPILE_TIMEOUT:-$(($(left) - 30))} python3 bench/compare_pytorch.py "$r18" --gpulab "$gpulab" \
+    ${COMPILE_ARGS:---modes eager,graph,compile,gpulab --batch 256,1 --precision fp16} --json "$out/compare_compile_resnet18.json" \
     > "$out/compare_compile_resnet18.txt" 2>&1
   tail -12 "$out/compare_compile_resnet18.txt"
 fi
