@@ -29,10 +29,19 @@ export PKG_CONFIG_PATH=$pc:$stub${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 fe="${GPUHOST_PIP:-}/include"
 [ -f "$fe/cudnn_frontend.h" ] || fe="$PWD/.gpuhost/cudnn_frontend/include"  # headers carried without the wheel
 [ -f "$fe/cudnn_frontend.h" ] || fe=""
+# CUTLASS's headers: from the nvidia-cutlass wheel when enter.sh installed it, else from a carried
+# tarball of its include folder (tar czf .gpuhost/cutlass-include.tgz -C <wheel>/cutlass_library/source include).
+cutlass="${GPUHOST_PIP:-}/cutlass_library/source/include"
+if [ ! -f "$cutlass/cutlass/cutlass.h" ] && [ -f .gpuhost/cutlass-include.tgz ]; then
+  mkdir -p /tmp/gpulab-cutlass && tar xzf .gpuhost/cutlass-include.tgz -C /tmp/gpulab-cutlass
+  cutlass=/tmp/gpulab-cutlass/include
+fi
+[ -f "$cutlass/cutlass/cutlass.h" ] || cutlass=""
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv \
   | tee "$out/gpu.txt"
 timeout 120 cmake --preset gpuhost -G Ninja -B "$build" ${fe:+-DGPULAB_CUDNN_FRONTEND_INCLUDE_DIR=$fe} \
+  ${cutlass:+-DGPULAB_CUTLASS_INCLUDE_DIR=$cutlass} \
   > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 (PYTHONUNBUFFERED=1 timeout 300 python3 tests/fixtures/make_model_fixtures.py --out "$build/fixtures" \
   > "$out/fixtures.log" 2>&1) &

@@ -43,3 +43,9 @@ if [ ! -f "$root/.deps/pip/include/cudnn_frontend.h" ]; then
   echo "install-deps: installing nvidia-cudnn-frontend into $root/.deps/pip"
   python3 -m pip install -q --no-deps --target "$root/.deps/pip" nvidia-cudnn-frontend
 fi
+# NVIDIA's CUTLASS C++ headers (the small-channel convolution kernels), from the PyPI wheel
+# nvidia-cutlass, beside it; the headers sit in cutlass_library/source/include.
+if [ ! -f "$root/.deps/pip/cutlass_library/source/include/cutlass/cutlass.h" ]; then
+  echo "install-deps: installing nvidia-cutlass into $root/.deps/pip"
+  python3 -m pip install -q --no-deps --target "$root/.deps/pip" nvidia-cutlass
+fi

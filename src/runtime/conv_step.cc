@@ -1,5 +1,6 @@
 #include "runtime/conv_step.h"
 
+#include "backends/cuda/cutlass_conv.h"
 #include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/kernels/kernels.h"
 #include "runtime/step_problems.h"
@@ -9,6 +10,7 @@ namespace gpulab {
 ConvKernel conv_kernel_of_tactic(std::string_view tactic) {
   if (tactic == kDirectTactic) return ConvKernel::kDirect;
   if (tactic == kDepthwiseTactic) return ConvKernel::kDepthwise;
+  if (tactic.starts_with(kCutlassTacticPrefix)) return ConvKernel::kCutlass;
   return ConvKernel::kCudnn;
 }
 
@@ -17,9 +19,9 @@ ConvKernel conv_kernel_for(std::string_view tactic, const cuda::CudnnConv* conv)
   return kernel == ConvKernel::kCudnn && !conv ? ConvKernel::kDirect : kernel;
 }
 
-Status launch_conv_step(const cuda::ConvProblem& p, ConvKernel kernel, const cuda::CudnnConv* conv,
-                        cudnnHandle_t handle, const cuda::ConvPointers& ptrs, void* workspace,
-                        cudaStream_t stream) {
+Status launch_conv_step(const cuda::ConvProblem& p, ConvKernel kernel, std::string_view tactic,
+                        const cuda::CudnnConv* conv, cudnnHandle_t handle, const cuda::ConvPointers& ptrs,
+                        void* workspace, cudaStream_t stream) {
   const void* bias = p.has_bias ? ptrs.bias : nullptr;  // the own kernels add a non-null bias
   switch (kernel) {
     case ConvKernel::kDirect:
@@ -28,6 +30,8 @@ Status launch_conv_step(const cuda::ConvProblem& p, ConvKernel kernel, const cud
     case ConvKernel::kDepthwise:
       return cuda::launch_depthwise_conv(direct_conv_desc(p), ptrs.x, ptrs.w, bias, ptrs.residual, ptrs.y,
                                          stream);
+    case ConvKernel::kCutlass:
+      return cuda::launch_cutlass_conv(tactic, direct_conv_desc(p), ptrs.x, ptrs.w, bias, ptrs.y, stream);
     case ConvKernel::kCudnn: break;
   }
   if (!conv) return Status::internal("launch_conv_step: a cuDNN step without a cuDNN plan.");

@@ -1,7 +1,7 @@
 // One convolution step at run time: a cuDNN plan (fused, or convolution-only followed by
 // gpulab's bias/residual/activation kernels) or one of gpulab's own convolutions (the direct
-// convolution, general; the depthwise convolution, groups == c == k). Never allocates or
-// synchronizes (CUDA-graph safe).
+// convolution, general; the depthwise convolution, groups == c == k; CUTLASS's small-channel
+// implicit GEMM, for stems). Never allocates or synchronizes (CUDA-graph safe).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,14 +15,16 @@
 namespace gpulab {
 
 // Which implementation runs a convolution step.
-enum class ConvKernel { kCudnn, kDirect, kDepthwise };
+enum class ConvKernel { kCudnn, kDirect, kDepthwise, kCutlass };
 
 // Tactic strings of gpulab's own convolutions (PlanStep::tactic, timing cache).
 inline constexpr std::string_view kDirectTactic = "direct";
 inline constexpr std::string_view kDepthwiseTactic = "depthwise";
+// CUTLASS tactics are "cutlass:<tile>" (cuda::cutlass_conv_tactics()).
+inline constexpr std::string_view kCutlassTacticPrefix = "cutlass:";
 
-// The kernel a tactic string names: "direct" and "depthwise" are gpulab's own; anything else
-// ("cudnn:...", "cudnn-unfused:...", "" for the default) is cuDNN.
+// The kernel a tactic string names: "direct", "depthwise" and "cutlass:..." are gpulab's own;
+// anything else ("cudnn:...", "cudnn-unfused:...", "" for the default) is cuDNN.
 ConvKernel conv_kernel_of_tactic(std::string_view tactic);
 
 // The kernel that runs a step whose tactic is `tactic` and for which `conv` was prepared (null
@@ -32,9 +34,10 @@ ConvKernel conv_kernel_for(std::string_view tactic, const cuda::CudnnConv* conv)
 
 // `kernel` kCudnn needs `conv` (`handle` bound to `stream`, `workspace` of conv->workspace_bytes());
 // the own kernels ignore conv, handle and workspace. kDepthwise returns invalid_argument for a
-// problem that is not depthwise (cuda::depthwise_conv_supports).
-Status launch_conv_step(const cuda::ConvProblem& problem, ConvKernel kernel, const cuda::CudnnConv* conv,
-                        cudnnHandle_t handle, const cuda::ConvPointers& ptrs, void* workspace,
-                        cudaStream_t stream);
+// problem that is not depthwise (cuda::depthwise_conv_supports); kCutlass runs the tile that
+// `tactic` names and refuses problems outside cuda::cutlass_conv_supports.
+Status launch_conv_step(const cuda::ConvProblem& problem, ConvKernel kernel, std::string_view tactic,
+                        const cuda::CudnnConv* conv, cudnnHandle_t handle, const cuda::ConvPointers& ptrs,
+                        void* workspace, cudaStream_t stream);
 
 }  // namespace gpulab

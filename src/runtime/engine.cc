@@ -203,7 +203,8 @@ Status ContextImpl::prepare(int64_t batch, BatchState** out) {
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& step = plan.steps[i];
     if (step.kind == StepKind::kConv) {
-      // gpulab's own kernels ("direct", "depthwise") run at every batch size, without a cuDNN plan.
+      // gpulab's own kernels ("direct", "depthwise", "cutlass:...") run at every batch size, without a
+      // cuDNN plan.
       if (conv_kernel_of_tactic(step.tactic) != ConvKernel::kCudnn) continue;
       const auto problem = conv_problem(plan, step, batch);
       Result<std::unique_ptr<cuda::CudnnConv>> conv = Status::unsupported("no tactic");
@@ -276,8 +277,8 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
             value_ptr(step.inputs[0]), engine_->weight(step.weight), engine_->weight(step.bias),
             step.conv.has_residual ? value_ptr(step.inputs[1]) : nullptr, value_ptr(step.output)};
         const cuda::CudnnConv* conv = state.convs[i].get();
-        status = launch_conv_step(conv_problem(plan, step, batch), conv_kernel_for(step.tactic, conv), conv,
-                                  libs_.cudnn(), ptrs, workspace_.get(), stream);
+        status = launch_conv_step(conv_problem(plan, step, batch), conv_kernel_for(step.tactic, conv),
+                                  step.tactic, conv, libs_.cudnn(), ptrs, workspace_.get(), stream);
         break;
       }
       case StepKind::kGemm:

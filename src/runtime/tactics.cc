@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cutlass_conv.h"
 #include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernels/kernel_desc.h"
@@ -126,9 +127,11 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         continue;
       }
     }
-    // gpulab's own candidates: the depthwise kernel where it applies (batch does not matter), the
-    // direct convolution for every float layer.
+    // gpulab's own candidates: the depthwise kernel where it applies (batch does not matter),
+    // CUTLASS's small-channel convolution for FP16 stems, the direct convolution for every float
+    // layer.
     const bool depthwise_ok = cuda::depthwise_conv_supports(direct_conv_desc(problem));
+    const bool cutlass_ok = cuda::cutlass_conv_supports(direct_conv_desc(problem));
     const bool direct_ok = kernels::is_kernel_float_type(problem.dtype);
     if (!options.time_tactics && depthwise_ok) {
       step.tactic = std::string(kDepthwiseTactic);
@@ -150,7 +153,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         log_info("tactics: {} ({}): {}", step.name, fused ? "fused" : "unfused", conv.status().message());
       }
     }
-    if (forms.empty() && !depthwise_ok) {
+    if (forms.empty() && !depthwise_ok && !cutlass_ok) {
       log_info("tactics: {}: no cuDNN engine; using the direct convolution", step.name);
       step.tactic = std::string(kDirectTactic);
       ++report.fallback_layers;
@@ -211,7 +214,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         }
         GPULAB_TRY(ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
         auto run = [&] {
-          return launch_conv_step(problem, ConvKernel::kCudnn, conv.get(), libs.cudnn(), ptrs,
+          return launch_conv_step(problem, ConvKernel::kCudnn, {}, conv.get(), libs.cudnn(), ptrs,
                                   ws.buffer.get(), stream);
         };
         GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms, time_candidate(run, kNoLimit));
@@ -249,7 +252,9 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     // gpulab's own kernels, timed beside cuDNN's candidates. The direct convolution last, so that
     // a slow first launch can end its timing.
     auto time_own = [&](ConvKernel kernel, std::string_view tactic, double give_up_ms) -> Status {
-      auto run = [&] { return launch_conv_step(problem, kernel, nullptr, nullptr, ptrs, nullptr, stream); };
+      auto run = [&] {
+        return launch_conv_step(problem, kernel, tactic, nullptr, nullptr, ptrs, nullptr, stream);
+      };
       GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms, time_candidate(run, give_up_ms));
       if (!ms) {
         log_info("tactics: {}: {} failed to run", step.name, tactic);
@@ -263,6 +268,9 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       return Status::ok();
     };
     if (depthwise_ok) GPULAB_TRY(time_own(ConvKernel::kDepthwise, kDepthwiseTactic, kNoLimit));
+    if (cutlass_ok)
+      for (std::string_view tactic : cuda::cutlass_conv_tactics())
+        GPULAB_TRY(time_own(ConvKernel::kCutlass, tactic, kNoLimit));
     if (direct_ok && !best.empty())
       GPULAB_TRY(time_own(ConvKernel::kDirect, kDirectTactic, kDirectGiveUpFactor * best_ms));
     if (best.empty()) {

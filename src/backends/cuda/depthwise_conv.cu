@@ -283,22 +283,6 @@ Status launch_typed(const DirectConvDesc& d, const void* x, const void* w, const
   return launch_shape<T, V, 2, 0, 0, 0>(d, p, x, w, b, res, y, stream);
 }
 
-std::string dims(const DirectConvDesc& d) {
-  const auto& a = d.attrs;
-  return "(n " + std::to_string(d.n) + ", h " + std::to_string(d.h) + ", w " + std::to_string(d.w) + ", c " +
-         std::to_string(d.c) + ", k " + std::to_string(d.k) + ", groups " + std::to_string(a.groups) +
-         ", kernel " + std::to_string(a.kernel.h) + "x" + std::to_string(a.kernel.w) + ", stride " +
-         std::to_string(a.stride.h) + "x" + std::to_string(a.stride.w) + ", dilation " +
-         std::to_string(a.dilation.h) + "x" + std::to_string(a.dilation.w) + ", out " +
-         std::to_string(d.out_h) + "x" + std::to_string(d.out_w) + ")";
-}
-
-int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin,
-                      int64_t pad_end) {
-  const int64_t span = in + pad_begin + pad_end - dilation * (kernel - 1) - 1;
-  return span < 0 ? 0 : span / stride + 1;
-}
-
 }  // namespace
 
 Status validate_depthwise_conv(const DirectConvDesc& d) {
@@ -313,7 +297,7 @@ Status validate_depthwise_conv(const DirectConvDesc& d) {
   for (int64_t v : sizes)
     if (v < 1 || v > INT_MAX)
       return Status::invalid_argument("depthwise_conv: every size, stride and dilation must be in 1.." +
-                                      std::to_string(INT_MAX) + " " + dims(d) + ".");
+                                      std::to_string(INT_MAX) + " " + describe(d) + ".");
   const int64_t pads[] = {a.pads.top, a.pads.left, a.pads.bottom, a.pads.right};
   for (int64_t v : pads)
     if (v < 0 || v > INT_MAX / 2)
@@ -322,23 +306,26 @@ Status validate_depthwise_conv(const DirectConvDesc& d) {
                                       std::to_string(a.pads.bottom) + ", right " +
                                       std::to_string(a.pads.right) + ").");
   if (a.groups != d.c || d.k != d.c)
-    return Status::invalid_argument("depthwise_conv: not a depthwise convolution " + dims(d) +
+    return Status::invalid_argument("depthwise_conv: not a depthwise convolution " + describe(d) +
                                     ": needs groups == c == k. Use cuDNN or the direct convolution.");
   if (a.kernel.h * a.kernel.w > kDepthwiseMaxTaps)
     return Status::invalid_argument("depthwise_conv: kernel " + std::to_string(a.kernel.h) + "x" +
                                     std::to_string(a.kernel.w) + " has more than " +
                                     std::to_string(kDepthwiseMaxTaps) + " taps. Use the direct convolution.");
-  const int64_t want_h = conv_out_size(d.h, a.kernel.h, a.stride.h, a.dilation.h, a.pads.top, a.pads.bottom);
-  const int64_t want_w = conv_out_size(d.w, a.kernel.w, a.stride.w, a.dilation.w, a.pads.left, a.pads.right);
+  const int64_t want_h =
+      conv_output_size(d.h, a.kernel.h, a.stride.h, a.dilation.h, a.pads.top, a.pads.bottom);
+  const int64_t want_w =
+      conv_output_size(d.w, a.kernel.w, a.stride.w, a.dilation.w, a.pads.left, a.pads.right);
   if (d.out_h != want_h || d.out_w != want_w)
     return Status::invalid_argument("depthwise_conv: output " + std::to_string(d.out_h) + "x" +
                                     std::to_string(d.out_w) + " differs from the convolution's " +
-                                    std::to_string(want_h) + "x" + std::to_string(want_w) + " " + dims(d) +
-                                    ".");
+                                    std::to_string(want_h) + "x" + std::to_string(want_w) + " " +
+                                    describe(d) + ".");
   // In double: the int64 products of sizes up to INT_MAX could overflow.
   const double elements = std::max(static_cast<double>(d.n) * d.h * d.w * d.c,
                                    static_cast<double>(d.n) * d.out_h * d.out_w * d.c);
-  if (elements > 1e18) return Status::invalid_argument("depthwise_conv: tensor too large " + dims(d) + ".");
+  if (elements > 1e18)
+    return Status::invalid_argument("depthwise_conv: tensor too large " + describe(d) + ".");
   return Status::ok();
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 #include "gpulab/status.h"
 #include "gpulab/tensor.h"
@@ -20,6 +21,15 @@ struct DirectConvDesc {
   DataType dtype = DataType::kFloat32;  // x, w, residual and y, and the bias unless:
   bool bias_float32 = false;            // the bias is float32 (BF16 plans keep biases in float32)
 };
+
+// "(n 2, h 56, w 56, c 64, k 64, groups 1, kernel 3x3, stride 1x1, dilation 1x1, out 56x56)", for
+// the messages of the convolution kernels' validators.
+std::string describe(const DirectConvDesc& desc);
+
+// A convolution's output size along one axis: floor((in + pads - dilation * (kernel - 1) - 1) /
+// stride) + 1, or 0 when the window does not fit.
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin,
+                         int64_t pad_end);
 
 // x [n,h,w,c]; weight [k, r, s, c/groups]; bias [k] or null; residual [n,out_h,out_w,k] or null
 // (used when attrs.has_residual); y [n,out_h,out_w,k]. FP32 accumulation. Never allocates.

@@ -16,6 +16,8 @@
  * Tolerance vs the reference (double accumulation): max pooling is exact; average pooling
  *   float32 within 1e-6 relative, float16/bfloat16 within the rounding of the stored result.
  */
+#include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "backends/cuda/kernels/common.cuh"
@@ -32,18 +34,20 @@ struct PoolParams {
   bool count_include_pad;
 };
 
-template <typename T, int V, bool kIsMax>
-__global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t total, PoolParams p) {
+// Index: int64_t in general, uint32_t when every element offset of x and y fits (the divisions
+// that split the item index are then 32-bit, several times cheaper than 64-bit ones).
+template <typename T, int V, bool kIsMax, typename Index>
+__global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, Index total, PoolParams p) {
   using VecT = Vec<T, V>;
-  const int c_vecs = p.c / V;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  const Index c_vecs = static_cast<Index>(p.c / V);
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
     const int cv = static_cast<int>(i % c_vecs);
-    int64_t rest = i / c_vecs;
-    const int ow = static_cast<int>(rest % p.out_w);
-    rest /= p.out_w;
-    const int oh = static_cast<int>(rest % p.out_h);
-    const int64_t n = rest / p.out_h;
+    Index rest = i / c_vecs;
+    const int ow = static_cast<int>(rest % static_cast<Index>(p.out_w));
+    rest /= static_cast<Index>(p.out_w);
+    const int oh = static_cast<int>(rest % static_cast<Index>(p.out_h));
+    const Index n = rest / static_cast<Index>(p.out_h);
     const int h0 = oh * p.stride_h - p.pad_top;
     const int w0 = ow * p.stride_w - p.pad_left;
 
@@ -51,14 +55,14 @@ __global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t 
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = kIsMax ? -CUDART_INF_F : 0.0f;
     int count = 0;
-    const T* xn = x + n * p.h * p.w * p.c + cv * V;
+    const T* xn = x + n * static_cast<Index>(p.h * p.w * p.c) + cv * V;
     for (int kh = 0; kh < p.kernel_h; ++kh) {
       const int ih = h0 + kh * p.dilation_h;
       if (ih < 0 || ih >= p.h) continue;
       for (int kw = 0; kw < p.kernel_w; ++kw) {
         const int iw = w0 + kw * p.dilation_w;
         if (iw < 0 || iw >= p.w) continue;
-        const VecT v = *reinterpret_cast<const VecT*>(xn + (static_cast<int64_t>(ih) * p.w + iw) * p.c);
+        const VecT v = *reinterpret_cast<const VecT*>(xn + static_cast<Index>((ih * p.w + iw) * p.c));
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float f = to_float(v.v[j]);
@@ -146,11 +150,21 @@ Status launch_pool_typed(const PoolDesc& d, const T* x, T* y, cudaStream_t strea
                      static_cast<int>(d.pads.left),  static_cast<int>(d.pads.bottom),
                      static_cast<int>(d.pads.right), d.count_include_pad};
   const int64_t total = d.n * d.out_h * d.out_w * (d.c / V);
+  const int64_t largest = std::max(d.n * d.h * d.w * d.c, d.n * d.out_h * d.out_w * d.c);
+  const bool narrow = largest < (int64_t{1} << 31);
   if (d.kind == PoolKind::kMax) {
-    pool_kernel<T, V, true><<<grid_for(total), kThreads, 0, stream>>>(x, y, total, p);
+    if (narrow)
+      pool_kernel<T, V, true, uint32_t>
+          <<<grid_for(total), kThreads, 0, stream>>>(x, y, static_cast<uint32_t>(total), p);
+    else
+      pool_kernel<T, V, true, int64_t><<<grid_for(total), kThreads, 0, stream>>>(x, y, total, p);
     return check_launch("launch_pool", "max_pool_kernel");
   }
-  pool_kernel<T, V, false><<<grid_for(total), kThreads, 0, stream>>>(x, y, total, p);
+  if (narrow)
+    pool_kernel<T, V, false, uint32_t>
+        <<<grid_for(total), kThreads, 0, stream>>>(x, y, static_cast<uint32_t>(total), p);
+  else
+    pool_kernel<T, V, false, int64_t><<<grid_for(total), kThreads, 0, stream>>>(x, y, total, p);
   return check_launch("launch_pool", "avg_pool_kernel");
 }
 
