@@ -4,6 +4,7 @@
 # on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
 # Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
 #   OUT=dir STAGES="tests accuracy bench compare compile" bash bench/gpuhost_benchmarks.sh [budget_s]
+# BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # The data set is read from $GPULAB_DATASET_DIR (default .gpuhost/data/imagenet-sample-256).
 set -uo pipefail
 budget=${1:-540}
@@ -46,7 +47,7 @@ timeout 120 cmake --preset gpuhost -G Ninja -B "$build" ${fe:+-DGPULAB_CUDNN_FRO
 (PYTHONUNBUFFERED=1 timeout 300 python3 tests/fixtures/make_model_fixtures.py --out "$build/fixtures" \
   > "$out/fixtures.log" 2>&1) &
 fixtures=$!
-timeout $(($(left) - 60)) cmake --build "$build" -j"$(nproc)" -- -k 0 > "$out/build.log" 2>&1 ||
+timeout $(($(left) - 60)) cmake --build "$build" -j"$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0 > "$out/build.log" 2>&1 ||
   { echo "build failed:"; grep -E "error|FAILED" "$out/build.log" | head -20; }
 echo "built at $(($(date +%s) - start)) s"
 wait "$fixtures"
