@@ -130,8 +130,9 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     // gpulab's own candidates: the depthwise kernel where it applies (batch does not matter),
     // CUTLASS's small-channel convolution for FP16 stems, the direct convolution for every float
     // layer.
-    const bool depthwise_ok = cuda::depthwise_conv_supports(direct_conv_desc(problem));
-    const bool cutlass_ok = cuda::cutlass_conv_supports(direct_conv_desc(problem));
+    const cuda::DirectConvDesc own_desc = direct_conv_desc(problem);
+    const bool depthwise_ok = cuda::depthwise_conv_supports(own_desc);
+    const bool cutlass_ok = cuda::cutlass_conv_supports(own_desc);
     const bool direct_ok = kernels::is_kernel_float_type(problem.dtype);
     if (!options.time_tactics && depthwise_ok) {
       step.tactic = std::string(kDepthwiseTactic);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "backends/cuda/kernels/kernel_desc.h"
 #include "cutlass/conv/conv2d_problem_size.h"
 #include "cutlass/conv/device/implicit_gemm_convolution.h"
 #include "cutlass/conv/kernel/default_conv2d_fprop.h"
@@ -115,8 +116,10 @@ Status validate_cutlass_conv(const DirectConvDesc& d) {
   if (a.pads.top < 0 || a.pads.left < 0 || a.pads.bottom > a.pads.top || a.pads.right > a.pads.left)
     return Status::unsupported("cutlass_conv: pads must be >= 0 and no larger at the end than at the start " +
                                describe(d) + ".");
-  if (d.out_h != conv_output_size(d.h, a.kernel.h, a.stride.h, 1, a.pads.top, a.pads.bottom) ||
-      d.out_w != conv_output_size(d.w, a.kernel.w, a.stride.w, 1, a.pads.left, a.pads.right))
+  // A convolution's output size is a floor-mode pooling window's.
+  if (d.out_h !=
+          kernels::pool_output_size(d.h, a.kernel.h, a.stride.h, 1, a.pads.top, a.pads.bottom, false) ||
+      d.out_w != kernels::pool_output_size(d.w, a.kernel.w, a.stride.w, 1, a.pads.left, a.pads.right, false))
     return Status::invalid_argument("cutlass_conv: output size differs from the convolution's " +
                                     describe(d) + ".");
   // CUTLASS indexes each tensor with 32-bit byte offsets.

@@ -28,6 +28,7 @@
 
 #include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/kernel_desc.h"
 
 namespace gpulab::cuda {
 namespace {
@@ -312,10 +313,11 @@ Status validate_depthwise_conv(const DirectConvDesc& d) {
     return Status::invalid_argument("depthwise_conv: kernel " + std::to_string(a.kernel.h) + "x" +
                                     std::to_string(a.kernel.w) + " has more than " +
                                     std::to_string(kDepthwiseMaxTaps) + " taps. Use the direct convolution.");
+  // A convolution's output size is a floor-mode pooling window's.
   const int64_t want_h =
-      conv_output_size(d.h, a.kernel.h, a.stride.h, a.dilation.h, a.pads.top, a.pads.bottom);
+      kernels::pool_output_size(d.h, a.kernel.h, a.stride.h, a.dilation.h, a.pads.top, a.pads.bottom, false);
   const int64_t want_w =
-      conv_output_size(d.w, a.kernel.w, a.stride.w, a.dilation.w, a.pads.left, a.pads.right);
+      kernels::pool_output_size(d.w, a.kernel.w, a.stride.w, a.dilation.w, a.pads.left, a.pads.right, false);
   if (d.out_h != want_h || d.out_w != want_w)
     return Status::invalid_argument("depthwise_conv: output " + std::to_string(d.out_h) + "x" +
                                     std::to_string(d.out_w) + " differs from the convolution's " +

@@ -106,12 +106,6 @@ std::string describe(const DirectConvDesc& d) {
          std::to_string(d.out_h) + "x" + std::to_string(d.out_w) + ")";
 }
 
-int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin,
-                         int64_t pad_end) {
-  const int64_t span = in + pad_begin + pad_end - dilation * (kernel - 1) - 1;
-  return span < 0 ? 0 : span / stride + 1;
-}
-
 Status launch_direct_conv(const DirectConvDesc& d, const void* x, const void* weight, const void* bias,
                           const void* residual, void* y, cudaStream_t stream) {
   if (d.n < 1 || d.c < 1 || d.k < 1 || d.attrs.groups < 1 || d.c % d.attrs.groups || d.k % d.attrs.groups ||

@@ -26,11 +26,6 @@ struct DirectConvDesc {
 // the messages of the convolution kernels' validators.
 std::string describe(const DirectConvDesc& desc);
 
-// A convolution's output size along one axis: floor((in + pads - dilation * (kernel - 1) - 1) /
-// stride) + 1, or 0 when the window does not fit.
-int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin,
-                         int64_t pad_end);
-
 // x [n,h,w,c]; weight [k, r, s, c/groups]; bias [k] or null; residual [n,out_h,out_w,k] or null
 // (used when attrs.has_residual); y [n,out_h,out_w,k]. FP32 accumulation. Never allocates.
 Status launch_direct_conv(const DirectConvDesc& desc, const void* x, const void* weight, const void* bias,

@@ -4,6 +4,8 @@
 // outputs: half a tile), odd sizes, no bias, no activation. Inputs are rounded to float16 first.
 #include "backends/cuda/cutlass_conv.h"
 
+#include "backends/cuda/kernels/kernel_desc.h"
+
 #include "kernel_test_util.h"
 #include "reference_util.h"
 
@@ -42,8 +44,8 @@ void check_cutlass(const Case& t, std::string_view tactic) {
   d.attrs.stride = t.stride;
   d.attrs.pads = t.pads;
   d.attrs.activation = t.activation;
-  d.out_h = conv_output_size(t.h, t.kernel.h, t.stride.h, 1, t.pads.top, t.pads.bottom);
-  d.out_w = conv_output_size(t.w, t.kernel.w, t.stride.w, 1, t.pads.left, t.pads.right);
+  d.out_h = kernels::pool_output_size(t.h, t.kernel.h, t.stride.h, 1, t.pads.top, t.pads.bottom, false);
+  d.out_w = kernels::pool_output_size(t.w, t.kernel.w, t.stride.w, 1, t.pads.left, t.pads.right, false);
   d.dtype = DataType::kFloat16;
   SCOPED_TRACE(::testing::Message() << tactic << " " << describe(d) << " act "
                                     << activation_name(t.activation) << (t.bias ? " bias" : ""));

@@ -3,6 +3,8 @@
 // float storage type. Inputs are rounded to the storage type before both sides see them.
 #include "backends/cuda/depthwise_conv.h"
 
+#include "backends/cuda/kernels/kernel_desc.h"
+
 #include "kernel_test_util.h"
 #include "reference_util.h"
 
@@ -34,11 +36,6 @@ struct Case {
   size_t x_offset_bytes = 0;  // to push x off its 16-byte alignment (the scalar path)
 };
 
-int64_t out_size(int64_t in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin,
-                 int64_t pad_end) {
-  return (in + pad_begin + pad_end - dilation * (kernel - 1) - 1) / stride + 1;
-}
-
 DirectConvDesc desc_of(const Case& t, DataType dtype) {
   DirectConvDesc d;
   d.n = t.n;
@@ -46,8 +43,10 @@ DirectConvDesc desc_of(const Case& t, DataType dtype) {
   d.h = t.h;
   d.w = t.w;
   d.k = t.c;
-  d.out_h = out_size(t.h, t.kernel.h, t.stride.h, t.dilation.h, t.pads.top, t.pads.bottom);
-  d.out_w = out_size(t.w, t.kernel.w, t.stride.w, t.dilation.w, t.pads.left, t.pads.right);
+  d.out_h =
+      kernels::pool_output_size(t.h, t.kernel.h, t.stride.h, t.dilation.h, t.pads.top, t.pads.bottom, false);
+  d.out_w =
+      kernels::pool_output_size(t.w, t.kernel.w, t.stride.w, t.dilation.w, t.pads.left, t.pads.right, false);
   d.attrs.kernel = t.kernel;
   d.attrs.stride = t.stride;
   d.attrs.pads = t.pads;

@@ -139,6 +139,17 @@ Status check_int_range(const PoolDesc& d) {
   return Status::ok();
 }
 
+// pool_kernel with 32-bit index math when `narrow` (every element offset of x and y fits).
+template <typename T, int V, bool kIsMax>
+void launch_pool_kernel(const T* x, T* y, int64_t total, bool narrow, const PoolParams& p,
+                        cudaStream_t stream) {
+  if (narrow)
+    pool_kernel<T, V, kIsMax, uint32_t>
+        <<<grid_for(total), kThreads, 0, stream>>>(x, y, static_cast<uint32_t>(total), p);
+  else
+    pool_kernel<T, V, kIsMax, int64_t><<<grid_for(total), kThreads, 0, stream>>>(x, y, total, p);
+}
+
 template <typename T, int V>
 Status launch_pool_typed(const PoolDesc& d, const T* x, T* y, cudaStream_t stream) {
   const PoolParams p{static_cast<int>(d.h),          static_cast<int>(d.w),
@@ -153,18 +164,10 @@ Status launch_pool_typed(const PoolDesc& d, const T* x, T* y, cudaStream_t strea
   const int64_t largest = std::max(d.n * d.h * d.w * d.c, d.n * d.out_h * d.out_w * d.c);
   const bool narrow = largest < (int64_t{1} << 31);
   if (d.kind == PoolKind::kMax) {
-    if (narrow)
-      pool_kernel<T, V, true, uint32_t>
-          <<<grid_for(total), kThreads, 0, stream>>>(x, y, static_cast<uint32_t>(total), p);
-    else
-      pool_kernel<T, V, true, int64_t><<<grid_for(total), kThreads, 0, stream>>>(x, y, total, p);
+    launch_pool_kernel<T, V, true>(x, y, total, narrow, p, stream);
     return check_launch("launch_pool", "max_pool_kernel");
   }
-  if (narrow)
-    pool_kernel<T, V, false, uint32_t>
-        <<<grid_for(total), kThreads, 0, stream>>>(x, y, static_cast<uint32_t>(total), p);
-  else
-    pool_kernel<T, V, false, int64_t><<<grid_for(total), kThreads, 0, stream>>>(x, y, total, p);
+  launch_pool_kernel<T, V, false>(x, y, total, narrow, p, stream);
   return check_launch("launch_pool", "avg_pool_kernel");
 }
 
