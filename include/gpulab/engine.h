@@ -49,6 +49,9 @@ struct BuildOptions {
   // space-to-depth rearrangement of the input that the input conversion writes: a 4x4/1
   // convolution over 12 channels keeps the tensor cores busy where 3 channels cannot.
   bool stem_space_to_depth = true;
+  // Run that space-to-depth stem, its ReLU and the max pool after it as one kernel (FP16 plans,
+  // sm_80 and newer; ResNet's stem): the convolution's output never reaches global memory.
+  bool fuse_stem = true;
 };
 
 // One step of a plan, for reports (inspect, bench --profile).

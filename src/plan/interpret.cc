@@ -35,6 +35,7 @@ class Interpreter {
         case StepKind::kAdd:
         case StepKind::kActivation:
         case StepKind::kCast: elementwise_step(s); break;
+        case StepKind::kStem: GPULAB_TRY(stem_step(s, input)); break;
         case StepKind::kOutput: {
           const PlanValue& x = plan_.values[s.inputs[0]];
           logits.resize(static_cast<size_t>(batch_ * plan_.num_classes));
@@ -139,6 +140,29 @@ class Interpreter {
             if (res) acc += (*res)[at];
             out[at] = activate(static_cast<float>(acc), a.activation, a.clip_min, a.clip_max);
           }
+    return Status::ok();
+  }
+
+  // The three steps a kStem step replaced, each storing its value as it did (the GPU kernel
+  // rounds the convolution's output to the storage type before pooling, too).
+  Status stem_step(const PlanStep& s, std::span<const float> input) {
+    PlanStep in;
+    in.kind = StepKind::kInput;
+    in.name = s.name;
+    in.output = s.fused_values[0];
+    in.space_to_depth = s.space_to_depth;
+    input_step(in, input);
+    store(in);
+    PlanStep conv = s;
+    conv.kind = StepKind::kConv;
+    conv.inputs = {s.fused_values[0]};
+    conv.output = s.fused_values[1];
+    GPULAB_TRY(conv_step(conv));
+    store(conv);
+    PlanStep pool = s;
+    pool.kind = StepKind::kMaxPool;
+    pool.inputs = {s.fused_values[1]};
+    pool_step(pool);
     return Status::ok();
   }
 

@@ -510,4 +510,33 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
   return std::move(low.plan);
 }
 
+bool fuse_stem_pool(Plan& plan, const std::function<bool(const PlanStep& stem)>& supported) {
+  if (plan.steps.size() < 4) return false;
+  const PlanStep& in = plan.steps[0];
+  const PlanStep& conv = plan.steps[1];
+  const PlanStep& pool = plan.steps[2];
+  if (in.kind != StepKind::kInput || in.space_to_depth.block < 2 || conv.kind != StepKind::kConv ||
+      conv.inputs != std::vector<int>{in.output} || conv.conv.has_residual ||
+      conv.conv.activation != Activation::kRelu || pool.kind != StepKind::kMaxPool ||
+      pool.inputs != std::vector<int>{conv.output})
+    return false;
+  for (size_t i = 3; i < plan.steps.size(); ++i)
+    for (int v : plan.steps[i].inputs)
+      if (v == in.output || v == conv.output) return false;
+  PlanStep stem = conv;
+  stem.kind = StepKind::kStem;
+  stem.name = conv.name + "+" + pool.name;
+  stem.inputs.clear();
+  stem.output = pool.output;
+  stem.pool = pool.pool;
+  stem.space_to_depth = in.space_to_depth;
+  stem.fused_values = {in.output, conv.output};
+  stem.flops_per_image = conv.flops_per_image + pool.flops_per_image;
+  stem.tactic.clear();
+  if (!supported(stem)) return false;
+  plan.steps.erase(plan.steps.begin(), plan.steps.begin() + 3);
+  plan.steps.insert(plan.steps.begin(), std::move(stem));
+  return true;
+}
+
 }  // namespace gpulab

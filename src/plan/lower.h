@@ -11,6 +11,7 @@
 // Anything else is kUnsupported naming the node.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -47,6 +48,14 @@ struct StemRewrite {
   int64_t h = 0, w = 0, c_valid = 0;  // the input value: s2d pixels, data channels (b^2 C)
 };
 std::optional<StemRewrite> stem_space_to_depth(const Graph& graph, const BuildOptions& options);
+
+// Replaces a lowered plan's first three steps, kInput with a space-to-depth layout -> kConv over
+// it (no residual, ReLU) -> kMaxPool of that convolution, by one kStem step, when nothing else
+// reads the image or the convolution output and `supported(stem)` accepts the step it would
+// make (the runtime asks its kernel). The kStem step keeps the three steps' attributes and the
+// convolution's weights; its name is "<conv>+<pool>". The two intermediate values stay in
+// plan.values (fused_values) but are no longer written. Returns whether it rewrote the plan.
+bool fuse_stem_pool(Plan& plan, const std::function<bool(const PlanStep& stem)>& supported);
 
 // The precision policy: layers a plan of `precision` computes in another precision unless
 // BuildOptions::layer_precision names them (NAME=<plan precision> opts a layer out). BF16 plans

@@ -53,6 +53,9 @@ std::vector<BufferRequest> value_lifetimes(const Plan& plan, int64_t batch) {
     }
     for (int in : step.inputs) requests[in].last_step = std::max(requests[in].last_step, s);
   }
+  // Values no step writes (a kStem step's fused intermediates) take no memory.
+  for (size_t v = 0; v < plan.values.size(); ++v)
+    if (!seen[v]) requests[v].bytes = 0;
   return requests;
 }
 

@@ -66,6 +66,7 @@ std::string_view step_kind_name(StepKind kind) {
     case StepKind::kActivation: return "activation";
     case StepKind::kOutput: return "output";
     case StepKind::kCast: return "cast";
+    case StepKind::kStem: return "stem";
   }
   return "?";
 }
@@ -85,7 +86,8 @@ Status Plan::validate() const {
   if (input_channels < 1 || input_h < 1 || input_w < 1 || num_classes < 1)
     return bad(fmt::format("input [{},{},{}] or classes {} not positive", input_channels, input_h, input_w,
                            num_classes));
-  if (steps.size() < 2 || steps.front().kind != StepKind::kInput || steps.back().kind != StepKind::kOutput)
+  if (steps.size() < 2 || (steps.front().kind != StepKind::kInput && steps.front().kind != StepKind::kStem) ||
+      steps.back().kind != StepKind::kOutput)
     return bad("the steps do not start with an input conversion and end with an output conversion");
   for (size_t i = 0; i < values.size(); ++i) {
     const auto& v = values[i];
@@ -108,7 +110,8 @@ Status Plan::validate() const {
                              weights.size()));
     size_t want_inputs = 1;
     switch (s.kind) {
-      case StepKind::kInput: want_inputs = 0; break;
+      case StepKind::kInput:
+      case StepKind::kStem: want_inputs = 0; break;
       case StepKind::kConv: want_inputs = s.conv.has_residual ? 2 : 1; break;
       case StepKind::kAdd: want_inputs = 2; break;
       default: break;
@@ -116,11 +119,17 @@ Status Plan::validate() const {
     if (s.inputs.size() != want_inputs)
       return bad(fmt::format("step {} '{}' ({}) has {} inputs, expected {}", i, s.name,
                              step_kind_name(s.kind), s.inputs.size(), want_inputs));
-    if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm) && s.weight < 0)
+    if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm || s.kind == StepKind::kStem) && s.weight < 0)
       return bad(fmt::format("step {} '{}' has no weight", i, s.name));
-    if (s.kind == StepKind::kInput) {
+    if ((s.kind == StepKind::kInput || s.kind == StepKind::kStem) && i != 0)
+      return bad(fmt::format("step {} '{}' ({}) is not the first step", i, s.name, step_kind_name(s.kind)));
+    if (s.kind == StepKind::kStem &&
+        (s.fused_values.size() != 2 || !value_ok(s.fused_values[0]) || !value_ok(s.fused_values[1])))
+      return bad(fmt::format(
+          "the stem step '{}' does not name its space-to-depth image and convolution output", s.name));
+    if (s.kind == StepKind::kInput || s.kind == StepKind::kStem) {
       const SpaceToDepth& sd = s.space_to_depth;
-      const PlanValue& y = values[s.output];
+      const PlanValue& y = values[s.kind == StepKind::kStem ? s.fused_values[0] : s.output];
       if (sd.block < 1 || sd.block > 16 || sd.pad_top < 0 || sd.pad_left < 0 || sd.pad_top >= 64 ||
           sd.pad_left >= 64)
         return bad(fmt::format("the input step's space-to-depth (block {}, pads {},{}) is out of range",
@@ -226,7 +235,7 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
                {"flops_per_image", s.flops_per_image},
                {"activation", static_cast<int>(s.activation)},
                {"clip", {s.clip_min, s.clip_max}}};
-    if (s.kind == StepKind::kConv) {
+    if (s.kind == StepKind::kConv || s.kind == StepKind::kStem) {
       const auto& c = s.conv;
       js["conv"] = {{"kernel", hw_json(c.kernel)},
                     {"stride", hw_json(c.stride)},
@@ -237,11 +246,12 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
                     {"clip", {c.clip_min, c.clip_max}},
                     {"has_residual", c.has_residual}};
     }
-    if (s.kind == StepKind::kInput && !(s.space_to_depth == SpaceToDepth{})) {
+    if ((s.kind == StepKind::kInput || s.kind == StepKind::kStem) && !(s.space_to_depth == SpaceToDepth{})) {
       const auto& sd = s.space_to_depth;
       js["space_to_depth"] = {{"block", sd.block}, {"pad_top", sd.pad_top}, {"pad_left", sd.pad_left}};
     }
-    if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool) {
+    if (s.kind == StepKind::kStem) js["fused_values"] = s.fused_values;
+    if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool || s.kind == StepKind::kStem) {
       const auto& p = s.pool;
       js["pool"] = {{"kernel", hw_json(p.kernel)}, {"stride", hw_json(p.stride)},
                     {"pads", pads_json(p.pads)},   {"dilation", hw_json(p.dilation)},
@@ -266,7 +276,7 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
 StepKind step_kind_from(const std::string& name) {
   for (StepKind k : {StepKind::kInput, StepKind::kConv, StepKind::kGemm, StepKind::kMaxPool,
                      StepKind::kAveragePool, StepKind::kGlobalAveragePool, StepKind::kAdd,
-                     StepKind::kActivation, StepKind::kOutput, StepKind::kCast})
+                     StepKind::kActivation, StepKind::kOutput, StepKind::kCast, StepKind::kStem})
     if (step_kind_name(k) == name) return k;
   throw std::runtime_error("unknown step kind '" + name + "'");
 }
@@ -326,7 +336,7 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
     s.activation = activation_from(js.at("activation").get<int>());
     s.clip_min = js.at("clip").at(0).get<float>();
     s.clip_max = js.at("clip").at(1).get<float>();
-    if (s.kind == StepKind::kConv) {
+    if (s.kind == StepKind::kConv || s.kind == StepKind::kStem) {
       const auto& c = js.at("conv");
       s.conv.kernel = hw_from(c.at("kernel"));
       s.conv.stride = hw_from(c.at("stride"));
@@ -341,12 +351,13 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
           s.conv.stride.w < 1 || s.conv.dilation.h < 1 || s.conv.dilation.w < 1)
         throw std::runtime_error("step '" + s.name + "' has bad convolution attributes");
     }
-    if (s.kind == StepKind::kInput && js.contains("space_to_depth")) {
+    if ((s.kind == StepKind::kInput || s.kind == StepKind::kStem) && js.contains("space_to_depth")) {
       const auto& sd = js.at("space_to_depth");
       s.space_to_depth = {sd.at("block").get<int64_t>(), sd.at("pad_top").get<int64_t>(),
                           sd.at("pad_left").get<int64_t>()};
     }
-    if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool) {
+    if (s.kind == StepKind::kStem) s.fused_values = js.at("fused_values").get<std::vector<int>>();
+    if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool || s.kind == StepKind::kStem) {
       const auto& p = js.at("pool");
       s.pool.kernel = hw_from(p.at("kernel"));
       s.pool.stride = hw_from(p.at("stride"));

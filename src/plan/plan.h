@@ -66,6 +66,10 @@ enum class StepKind : uint8_t {
   kActivation,  // inputs {x}; y = act(x)
   kOutput,      // input {x: 1x1xclasses} -> caller's float [N, classes]
   kCast,        // input {x} -> the same elements in the output value's dtype (per-layer precision)
+  // The first three steps of a space-to-depth stem in one: float NCHW -> kInput's space-to-depth
+  // image -> kConv (bias, ReLU) -> kMaxPool, writing only the pooled value (see fuse_stem_pool in
+  // lower.h). Attributes as those steps': space_to_depth, conv, pool, weight, bias.
+  kStem,
 };
 std::string_view step_kind_name(StepKind kind);  // "input", "conv", ...
 
@@ -104,7 +108,10 @@ struct PlanStep {
   int bias = -1;       // index into Plan::weights: [K] / [out]; -1 when absent
   std::string tactic;  // see the runtime's tactic strings; "" = default
   double flops_per_image = 0;
-  SpaceToDepth space_to_depth;  // kInput
+  SpaceToDepth space_to_depth;  // kInput, kStem
+  // kStem: the space-to-depth image and the convolution output of the steps it replaced. Their
+  // shapes define the stem; they are never stored (no memory is planned for them).
+  std::vector<int> fused_values;
 };
 
 struct PlanWeight {

@@ -144,7 +144,7 @@ class EngineImpl final : public Engine {
       l.flops_per_image = s.flops_per_image;
       for (int v : s.inputs) l.bytes_per_image += plan_.values[v].bytes_per_image();
       if (s.output >= 0) l.bytes_per_image += plan_.values[s.output].bytes_per_image();
-      if (s.kind == StepKind::kInput)
+      if (s.kind == StepKind::kInput || s.kind == StepKind::kStem)
         l.bytes_per_image += plan_.input_channels * plan_.input_h * plan_.input_w * 4;
       if (s.kind == StepKind::kOutput) l.bytes_per_image += plan_.num_classes * 4;
       if (s.weight >= 0) l.param_bytes += static_cast<int64_t>(plan_.weights[s.weight].bytes.size());
@@ -272,6 +272,11 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
         }
         break;
       }
+      case StepKind::kStem:
+        status = kernels::launch_fused_stem(fused_stem_desc(plan, step, batch), input,
+                                            engine_->weight(step.weight), engine_->weight(step.bias),
+                                            value_ptr(step.output), stream);
+        break;
       case StepKind::kConv: {
         const cuda::ConvPointers ptrs{
             value_ptr(step.inputs[0]), engine_->weight(step.weight), engine_->weight(step.bias),
@@ -520,6 +525,16 @@ Result<std::shared_ptr<Engine>> build_engine_from_graph(const Graph& graph, cons
   GPULAB_TRY(lowered.status());
   Plan plan = std::move(lowered).value();
   GPULAB_ASSIGN_OR_RETURN(plan.target, cuda::current_target(options.device));
+  if (options.fuse_stem && plan.target.compute_capability >= 80) {
+    const bool fused = fuse_stem_pool(plan, [&](const PlanStep& stem) {
+      const Status ok = check_fused_stem(plan, stem);
+      if (!ok.is_ok()) log_info("build: the stem stays three steps: {}", ok.message());
+      return ok.is_ok();
+    });
+    if (fused)
+      log_info("build: {} runs as one fused kernel (space-to-depth, convolution, ReLU, max pool)",
+               plan.steps.front().name);
+  }
   TimingCache cache;
   if (!options.timing_cache_path.empty()) {
     GPULAB_ASSIGN_OR_RETURN(cache, TimingCache::load(options.timing_cache_path));

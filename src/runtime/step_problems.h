@@ -5,6 +5,7 @@
 #include "backends/cuda/cublaslt_gemm.h"
 #include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/direct_conv.h"
+#include "backends/cuda/kernels/kernel_desc.h"
 #include "plan/plan.h"
 
 namespace gpulab {
@@ -53,6 +54,48 @@ inline cuda::GemmProblem gemm_problem(const Plan& plan, const PlanStep& step, in
   g.dtype = plan.values[step.output].dtype;
   g.precision = step.precision;
   return g;
+}
+
+// The fused stem kernel's description of a kStem step (or of the step fuse_stem_pool proposes).
+inline kernels::FusedStemDesc fused_stem_desc(const Plan& plan, const PlanStep& step, int64_t batch) {
+  const PlanValue& conv = plan.values[step.fused_values[1]];
+  const PlanValue& y = plan.values[step.output];
+  kernels::FusedStemDesc d;
+  d.n = batch;
+  d.c = plan.input_channels;
+  d.h = plan.input_h;
+  d.w = plan.input_w;
+  d.pad_top = step.space_to_depth.pad_top;
+  d.pad_left = step.space_to_depth.pad_left;
+  d.conv_h = conv.h;
+  d.conv_w = conv.w;
+  d.pool = step.pool;
+  d.out_h = y.h;
+  d.out_w = y.w;
+  d.activation = step.conv.activation;
+  d.dtype = y.dtype;
+  d.bias_float32 = step.bias >= 0 && plan.weights[step.bias].dtype == DataType::kFloat32;
+  return d;
+}
+
+// Ok when the fused stem kernel computes `step` (a kStem step): what kernels::validate() checks,
+// plus the convolution's form (4x4, stride 1, no padding over block-2 space-to-depth pixels, no
+// groups) and its weights' layout ([64, 4, 4, 16] float16, a float16 or float32 bias of 64).
+inline Status check_fused_stem(const Plan& plan, const PlanStep& step) {
+  const ConvAttrs& a = step.conv;
+  const PlanWeight* w = step.weight >= 0 ? &plan.weights[step.weight] : nullptr;
+  const PlanWeight* b = step.bias >= 0 ? &plan.weights[step.bias] : nullptr;
+  const Shape want{kernels::kStemOutChannels, kernels::kStemTaps, kernels::kStemTaps,
+                   kernels::kStemS2dChannels};
+  if (step.space_to_depth.block != kernels::kStemBlock || a.kernel != Hw{4, 4} || a.stride != Hw{1, 1} ||
+      a.dilation != Hw{1, 1} || a.groups != 1 || a.pads != Pads{} || a.has_residual)
+    return Status::unsupported(step.name + ": not a 4x4/1 convolution over block-2 space-to-depth pixels");
+  if (!w || w->dtype != DataType::kFloat16 || w->shape.dims != want.dims)
+    return Status::unsupported(step.name + ": weights are not float16 [64, 4, 4, 16]");
+  if (b && (b->shape.numel() != kernels::kStemOutChannels ||
+            (b->dtype != DataType::kFloat16 && b->dtype != DataType::kFloat32)))
+    return Status::unsupported(step.name + ": bias is not 64 float16 or float32 values");
+  return kernels::validate(fused_stem_desc(plan, step, plan.max_batch));
 }
 
 }  // namespace gpulab

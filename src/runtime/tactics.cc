@@ -116,6 +116,10 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       step.tactic = "cublaslt";
       continue;
     }
+    if (step.kind == StepKind::kStem) {
+      step.tactic = std::string(kFusedStemTactic);
+      continue;
+    }
     if (step.kind != StepKind::kConv) continue;
     const cuda::ConvProblem problem = conv_problem(plan, step, plan.max_batch);
     const std::string key = TimingCache::make_key(cuda::conv_signature(problem), target);

@@ -37,6 +37,7 @@ struct BenchFlags {
   std::string percentiles = "50,90,95,99";
   std::string timing_cache_path;
   bool no_stem_space_to_depth = false;
+  bool no_fuse_stem = false;
   bool ceilings = false;
   std::string command_line;
 };
@@ -153,6 +154,7 @@ int run_bench(BenchFlags f, bool precision_given) {
   request.precision = f.precision;
   request.timing_cache_path = f.timing_cache_path;
   request.stem_space_to_depth = !f.no_stem_space_to_depth;
+  request.fuse_stem = !f.no_fuse_stem;
   request.measure_ceilings = f.ceilings;
 #ifdef GPULAB_BENCH_TELEMETRY
   request.read_gpu_state = read_gpu_state;
@@ -196,6 +198,9 @@ void add_bench_command(CLI::App& app) {
                   "Timing cache file read and written by the plan build (--model)");
   sub->add_flag("--no-stem-space-to-depth", flags->no_stem_space_to_depth,
                 "Build (--model) without the space-to-depth stem rewrite, to compare");
+  sub->add_flag("--no-fuse-stem", flags->no_fuse_stem,
+                "Build (--model) with the stem's input conversion, convolution and max pool as three "
+                "steps instead of one fused kernel, to compare");
   sub->add_option("--batch", o.batch, "Images per inference")->capture_default_str();
   sub->add_option("--warmup-ms", o.warmup_ms, "Warm-up before measuring, milliseconds of host time")
       ->capture_default_str();

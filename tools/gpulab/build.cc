@@ -19,6 +19,7 @@ void add_build_command(CLI::App& app) {
     std::vector<std::string> layer_precision;
     bool no_tactic_timing = false;
     bool no_stem_space_to_depth = false;
+    bool no_fuse_stem = false;
     int device = 0;
   };
   auto opts = std::make_shared<Options>();
@@ -36,6 +37,9 @@ void add_build_command(CLI::App& app) {
                 "Take cuDNN's heuristic choice instead of timing");
   sub->add_flag("--no-stem-space-to-depth", opts->no_stem_space_to_depth,
                 "Keep a strided few-channel stem convolution as it is (no space-to-depth rewrite)");
+  sub->add_flag("--no-fuse-stem", opts->no_fuse_stem,
+                "Keep the stem's input conversion, convolution and max pool as three steps (no fused "
+                "stem kernel)");
   sub->add_option("--device", opts->device, "CUDA device ordinal");
   on_run(sub, [opts]() -> int {
     BuildOptions options;
@@ -46,6 +50,7 @@ void add_build_command(CLI::App& app) {
     options.timing_cache_path = opts->timing_cache;
     options.time_tactics = !opts->no_tactic_timing;
     options.stem_space_to_depth = !opts->no_stem_space_to_depth;
+    options.fuse_stem = !opts->no_fuse_stem;
     options.device = opts->device;
     for (const auto& item : opts->layer_precision) {
       const auto eq = item.find('=');

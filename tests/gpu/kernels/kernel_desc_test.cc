@@ -187,5 +187,54 @@ TEST(ConversionDescs, SpaceToDepthValidation) {
   expect_invalid(validate(desc(2, 0, 16, DataType::kInt8)), "SpaceToDepthDesc");
 }
 
+FusedStemDesc resnet_stem() {
+  FusedStemDesc d{
+      .n = 256, .c = 3, .h = 224, .w = 224, .pad_top = 3, .pad_left = 3, .conv_h = 112, .conv_w = 112};
+  d.pool.kernel = {3, 3};
+  d.pool.stride = {2, 2};
+  d.pool.pads = {1, 1, 1, 1};
+  d.out_h = d.out_w = 56;
+  return d;
+}
+
+TEST(FusedStemDesc, AcceptsResNetsStem) {
+  EXPECT_TRUE(validate(resnet_stem()).is_ok()) << validate(resnet_stem()).to_string();
+  FusedStemDesc gray = resnet_stem();
+  gray.c = 1;
+  gray.bias_float32 = true;
+  EXPECT_TRUE(validate(gray).is_ok());
+  FusedStemDesc ceil = resnet_stem();
+  ceil.pool.pads = {1, 1, 0, 0};
+  ceil.pool.ceil_mode = true;
+  EXPECT_TRUE(validate(ceil).is_ok()) << validate(ceil).to_string();
+}
+
+TEST(FusedStemDesc, RejectsWhatTheKernelDoesNotCompute) {
+  FusedStemDesc d = resnet_stem();
+  d.c = 4;
+  expect_invalid(validate(d), "image channels");
+  d = resnet_stem();
+  d.n = 0;
+  expect_invalid(validate(d), "n must be >= 1");
+  d = resnet_stem();
+  d.pad_top = 64;
+  expect_invalid(validate(d), "pads");
+  d = resnet_stem();
+  d.pool.kernel = {2, 2};
+  expect_invalid(validate(d), "pools 3x3");
+  d = resnet_stem();
+  d.pool.pads = {0, 0, 0, 0};
+  expect_invalid(validate(d), "pools 3x3");
+  d = resnet_stem();
+  d.out_w = 57;
+  expect_invalid(validate(d), "pooled size");
+  d = resnet_stem();
+  d.activation = Activation::kNone;
+  expect_invalid(validate(d), "ReLU");
+  d = resnet_stem();
+  d.dtype = DataType::kBFloat16;
+  expect_invalid(validate(d), "float16 only");
+}
+
 }  // namespace
 }  // namespace gpulab::kernels

@@ -9,6 +9,7 @@
 #include "backends/reference/reference_executor.h"
 #include "plan/interpret.h"
 #include "plan/lower.h"
+#include "plan/memory_plan.h"
 
 namespace gpulab {
 namespace {
@@ -21,9 +22,16 @@ Tensor random_tensor(Shape shape, uint32_t seed) {
   return t;
 }
 
-// input [N, c, h, w] -> Conv (8 outputs, `a`) + ReLU -> MaxPool 2x2 -> GlobalAveragePool ->
-// Flatten -> Gemm(5).
-Graph stem_classifier(int64_t c, int64_t h, int64_t w, ConvAttrs a) {
+PoolAttrs pool_2x2() {
+  PoolAttrs pool;
+  pool.kernel = {2, 2};
+  pool.stride = {2, 2};
+  return pool;
+}
+
+// input [N, c, h, w] -> Conv (8 outputs, `a`) + ReLU -> MaxPool (2x2 unless given) ->
+// GlobalAveragePool -> Flatten -> Gemm(5).
+Graph stem_classifier(int64_t c, int64_t h, int64_t w, ConvAttrs a, PoolAttrs pool = pool_2x2()) {
   Graph g;
   g.name = "stem";
   g.inputs = {"input"};
@@ -33,9 +41,6 @@ Graph stem_classifier(int64_t c, int64_t h, int64_t w, ConvAttrs a) {
   g.initializers["fc.w"] = random_tensor(Shape{5, 8}, 3);
   g.initializers["fc.b"] = random_tensor(Shape{5}, 4);
   a.activation = Activation::kRelu;
-  PoolAttrs pool;
-  pool.kernel = {2, 2};
-  pool.stride = {2, 2};
   GemmAttrs ga;
   ga.trans_b = true;
   g.nodes = {Node{"stem", OpType::kConv, {"input", "w", "b"}, {"s"}, a},
@@ -138,6 +143,101 @@ TEST(StemSpaceToDepth, TakesOnlyStemsItCanRewrite) {
   Graph two = stem_classifier(3, 32, 32, conv(7, 2, {3, 3, 3, 3}));
   two.nodes.push_back(Node{"extra", OpType::kRelu, {"input"}, {"r"}, {}});
   EXPECT_FALSE(rewritten(two));
+}
+
+// ResNet's stem on a small image: 7x7/2 convolution, ReLU, 3x3/2 max pool with padding 1.
+Graph resnet_like_stem() {
+  PoolAttrs pool;
+  pool.kernel = {3, 3};
+  pool.stride = {2, 2};
+  pool.pads = {1, 1, 1, 1};
+  return stem_classifier(3, 30, 34, conv(7, 2, {3, 3, 3, 3}), pool);
+}
+
+// fuse_stem_pool: the input conversion, the stem convolution and its max pool become one kStem
+// step that keeps their attributes, survives the plan file, plans no memory for the values it
+// no longer writes and, interpreted, computes exactly what the three steps computed.
+TEST(FuseStemPool, OneStepComputesWhatTheThreeStepsDid) {
+  const Graph g = resnet_like_stem();
+  BuildOptions options;
+  options.precision = Precision::kFp16;
+  options.max_batch = 2;
+  auto lowered = lower_graph(g, options);
+  ASSERT_TRUE(lowered.is_ok()) << lowered.status().to_string();
+  const Plan unfused = *lowered;
+  Plan fused = *lowered;
+  int asked = 0;
+  ASSERT_TRUE(fuse_stem_pool(fused, [&](const PlanStep& stem) {
+    ++asked;
+    return stem.kind == StepKind::kStem;
+  }));
+  EXPECT_EQ(asked, 1);
+  ASSERT_EQ(fused.steps.size(), unfused.steps.size() - 2);
+  const PlanStep& stem = fused.steps[0];
+  EXPECT_EQ(stem.kind, StepKind::kStem);
+  EXPECT_EQ(stem.name, "stem+pool");
+  EXPECT_TRUE(stem.inputs.empty());
+  EXPECT_EQ(stem.output, unfused.steps[2].output);
+  EXPECT_EQ(stem.fused_values, (std::vector<int>{unfused.steps[0].output, unfused.steps[1].output}));
+  EXPECT_EQ(stem.weight, unfused.steps[1].weight);
+  EXPECT_EQ(stem.space_to_depth, unfused.steps[0].space_to_depth);
+  EXPECT_EQ(stem.conv.kernel, (Hw{4, 4}));
+  EXPECT_EQ(stem.pool.pads, (Pads{1, 1, 1, 1}));
+  EXPECT_TRUE(fused.validate().is_ok()) << fused.validate().to_string();
+
+  auto back = deserialize_plan(serialize_plan(fused));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->steps[0].kind, StepKind::kStem);
+  EXPECT_EQ(back->steps[0].fused_values, stem.fused_values);
+  EXPECT_EQ(back->steps[0].pool.kernel, (Hw{3, 3}));
+  EXPECT_EQ(back->steps[0].conv.kernel, (Hw{4, 4}));
+  EXPECT_EQ(back->steps[0].conv.activation, Activation::kRelu);
+  EXPECT_EQ(back->steps[0].space_to_depth, stem.space_to_depth);
+
+  const auto requests = value_lifetimes(fused, 2);
+  EXPECT_EQ(requests[stem.fused_values[0]].bytes, 0);
+  EXPECT_EQ(requests[stem.fused_values[1]].bytes, 0);
+  EXPECT_GT(requests[stem.output].bytes, 0);
+
+  const Tensor x = random_tensor(Shape{2, 3, 30, 34}, 11);
+  const std::vector<float> xs(x.f32().begin(), x.f32().end());
+  auto want = interpret_plan(unfused, xs, 2);
+  auto got = interpret_plan(*back, xs, 2);
+  ASSERT_TRUE(want.is_ok() && got.is_ok());
+  EXPECT_EQ(*got, *want);
+}
+
+TEST(FuseStemPool, LeavesOtherPlansAlone) {
+  const Graph g = resnet_like_stem();
+  BuildOptions options;
+  options.precision = Precision::kFp16;
+  auto accept = [](const PlanStep&) { return true; };
+  auto plan = lower_graph(g, options);
+  ASSERT_TRUE(plan.is_ok());
+  // The kernel refuses: nothing changes.
+  Plan refused = *plan;
+  EXPECT_FALSE(fuse_stem_pool(refused, [](const PlanStep&) { return false; }));
+  EXPECT_EQ(refused.steps.size(), plan->steps.size());
+  EXPECT_EQ(refused.steps[0].kind, StepKind::kInput);
+  // Already fused; no space-to-depth stem.
+  Plan twice = *plan;
+  ASSERT_TRUE(fuse_stem_pool(twice, accept));
+  EXPECT_FALSE(fuse_stem_pool(twice, accept));
+  options.stem_space_to_depth = false;
+  auto plain = lower_graph(g, options);
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_FALSE(fuse_stem_pool(*plain, accept));
+  // A convolution output read by another step as well.
+  Graph shared = g;
+  shared.nodes.push_back(Node{"extra", OpType::kGlobalAveragePool, {"s"}, {"e"}, {}});
+  shared.outputs = {"logits"};
+  options.stem_space_to_depth = true;
+  auto two_readers = lower_graph(shared, options);
+  if (two_readers.is_ok()) EXPECT_FALSE(fuse_stem_pool(*two_readers, accept));
+  // A plan file whose stem step lost its intermediate values is refused.
+  ASSERT_TRUE(fuse_stem_pool(*plan, accept));
+  plan->steps[0].fused_values.pop_back();
+  EXPECT_EQ(plan->validate().code(), StatusCode::kInvalidFile);
 }
 
 }  // namespace

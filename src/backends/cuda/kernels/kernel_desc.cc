@@ -171,6 +171,47 @@ Status validate(const PoolDesc& d) {
   return check_float_type(kWhere, d.dtype);
 }
 
+Status validate(const FusedStemDesc& d) {
+  constexpr std::string_view kWhere = "FusedStemDesc";
+  for (auto [name, v] : {std::pair{"n", d.n},
+                         {"c", d.c},
+                         {"h", d.h},
+                         {"w", d.w},
+                         {"conv_h", d.conv_h},
+                         {"conv_w", d.conv_w},
+                         {"out_h", d.out_h},
+                         {"out_w", d.out_w}})
+    GPULAB_TRY(check_positive(kWhere, name, v));
+  if (d.c > kStemMaxChannels)
+    return Status::invalid_argument(
+        fmt::format("{}: {} image channels; the fused stem takes 1..{}.", kWhere, d.c, kStemMaxChannels));
+  if (d.pad_top < 0 || d.pad_left < 0 || d.pad_top >= 64 || d.pad_left >= 64)
+    return Status::invalid_argument(
+        fmt::format("{}: space-to-depth pads {},{} must be in 0..63.", kWhere, d.pad_top, d.pad_left));
+  const PoolAttrs& p = d.pool;
+  if (p.kernel != Hw{3, 3} || p.stride != Hw{2, 2} || p.dilation != Hw{1, 1} || p.pads.top != 1 ||
+      p.pads.left != 1 || p.pads.bottom < 0 || p.pads.bottom > 1 || p.pads.right < 0 || p.pads.right > 1)
+    return Status::invalid_argument(fmt::format(
+        "{}: the fused stem pools 3x3, stride 2, pads 1 (end 0 or 1), got {}x{}, stride {}x{}, pads "
+        "{},{},{},{}.",
+        kWhere, p.kernel.h, p.kernel.w, p.stride.h, p.stride.w, p.pads.top, p.pads.left, p.pads.bottom,
+        p.pads.right));
+  if (d.out_h != pool_output_size(d.conv_h, 3, 2, 1, 1, p.pads.bottom, p.ceil_mode) ||
+      d.out_w != pool_output_size(d.conv_w, 3, 2, 1, 1, p.pads.right, p.ceil_mode))
+    return Status::invalid_argument(fmt::format("{}: output {}x{} is not the pooled size of {}x{}.", kWhere,
+                                                d.out_h, d.out_w, d.conv_h, d.conv_w));
+  if (d.activation != Activation::kRelu)
+    return Status::invalid_argument(fmt::format(
+        "{}: the fused stem needs a ReLU epilogue (the max pool counts missing pixels as 0).", kWhere));
+  if (d.dtype != DataType::kFloat16)
+    return Status::invalid_argument(
+        fmt::format("{}: dtype {}; the fused stem runs float16 only.", kWhere, dtype_name(d.dtype)));
+  // 32-bit element offsets inside one image; the batch index is 64-bit.
+  if (d.c * d.h * d.w >= (int64_t{1} << 31) || d.out_h * d.out_w * kStemOutChannels >= (int64_t{1} << 31))
+    return Status::invalid_argument(fmt::format("{}: an image of 2^31 elements or more.", kWhere));
+  return Status::ok();
+}
+
 Status validate(const GlobalAvgPoolDesc& d) {
   constexpr std::string_view kWhere = "GlobalAvgPoolDesc";
   GPULAB_TRY(check_positive(kWhere, "n", d.n));

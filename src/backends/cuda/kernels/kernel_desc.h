@@ -157,6 +157,33 @@ struct UnaryDesc {
 };
 Status validate(const UnaryDesc& desc);
 
+// ---- fused stem ------------------------------------------------------------------------------
+
+// A network's stem in one kernel: float32 NCHW image -> space-to-depth (SpaceToDepthDesc's
+// rearrangement, block 2, never stored) -> 4x4/1 convolution over the space-to-depth pixels with
+// bias and ReLU (the rewritten 7x7/2 stem, weights [k, 4, 4, s2d_c] KRSC) -> 3x3/2 max pool ->
+// NHWC [n, out_h, out_w, k] float16. It replaces three steps (input conversion, convolution, max
+// pool) and never writes the convolution's output, which at ResNet-18's batch 256 is 411 MB in
+// FP16. Arithmetic: FP16 tensor cores, FP32 accumulation, the convolution's output rounded once
+// to FP16 before the max (as the unfused steps round it), so the result equals theirs up to the
+// order of the FP32 sums.
+inline constexpr int64_t kStemBlock = 2;         // space-to-depth block (the 7x7's stride)
+inline constexpr int64_t kStemTaps = 4;          // convolution window over space-to-depth pixels
+inline constexpr int64_t kStemMaxChannels = 3;   // image channels (block^2 c <= 12 of the 16)
+inline constexpr int64_t kStemS2dChannels = 16;  // channels per pixel of the weights' C axis
+inline constexpr int64_t kStemOutChannels = 64;  // k
+struct FusedStemDesc {
+  int64_t n = 0, c = 0, h = 0, w = 0;         // the float32 NCHW image, c in 1..kStemMaxChannels
+  int64_t pad_top = 0, pad_left = 0;          // of the space-to-depth rearrangement (< 64)
+  int64_t conv_h = 0, conv_w = 0;             // the convolution's output (never stored)
+  PoolAttrs pool;                             // 3x3, stride 2, dilation 1, pads begin 1 / end <= 1
+  int64_t out_h = 0, out_w = 0;               // pool_output_size() of conv_h/conv_w
+  Activation activation = Activation::kRelu;  // ReLU only: the pool treats missing pixels as 0
+  DataType dtype = DataType::kFloat16;        // float16 only (weights, output)
+  bool bias_float32 = false;                  // bias float32 instead of float16
+};
+Status validate(const FusedStemDesc& desc);
+
 // ---- classifier tail -----------------------------------------------------------------------
 
 // Softmax over the last dimension of a float32 [rows, cols] matrix, max-subtracted (numerically

@@ -7,4 +7,5 @@ set(GPULAB_CUDA_KERNEL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/pool.cu
   ${CMAKE_CURRENT_LIST_DIR}/elementwise.cu
   ${CMAKE_CURRENT_LIST_DIR}/softmax_topk.cu
-  ${CMAKE_CURRENT_LIST_DIR}/linear.cu)
+  ${CMAKE_CURRENT_LIST_DIR}/linear.cu
+  ${CMAKE_CURRENT_LIST_DIR}/stem.cu)

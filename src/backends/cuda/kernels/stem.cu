@@ -1,0 +1,310 @@
+/*
+ * The fused stem (kernel_desc.h, FusedStemDesc): float32 NCHW image -> space-to-depth ->
+ * 4x4/1 convolution + bias + ReLU -> 3x3/2 max pool -> float16 NHWC, in one kernel.
+ *
+ * Why: unfused, ResNet-18's stem at batch 256 writes a 411 MB convolution output and reads it
+ * back for the pool, and cuDNN runs the 12-channel convolution about five times slower than its
+ * memory roofline. Here each thread block keeps one tile's convolution output in shared memory
+ * and pools it there; only the pooled tile (a quarter of the pixels) reaches global memory.
+ *
+ * Work decomposition. A tile is 8 x 7 pooled pixels of one image, all 64 channels. Its pool
+ * windows cover 17 x 15 convolution pixels (the 1-pixel halo is recomputed by the neighbouring
+ * tile, 14% more arithmetic than the layer's own), which read 20 x 18 space-to-depth pixels,
+ * that is 40 x 36 image pixels. Per tile:
+ *   1. the image patch is loaded (float32, zero outside the image), rounded to float16 and stored
+ *      in shared memory in space-to-depth order: pixel (Y, X), channel (dy * 2 + dx) * c + ci;
+ *   2. the convolution is an implicit GEMM, M = 256 pixels (255 and a spare), N = 64, K = 192
+ *      (16 taps x the 12 data channels; the weights' padding channels 12..15 are dropped). Each of
+ *      the 8 warps owns 32 pixels x 64 channels, runs CuTe's m16n8k16 FP16 tensor-core atom with
+ *      FP32 accumulators, reads the A operand straight from the patch (an im2col view: 32-bit
+ *      loads at computed addresses) and the B operand (weights, loaded once per block) with
+ *      ldmatrix;
+ *   3. bias and ReLU, rounded to float16 into shared memory; pixels outside the convolution's
+ *      output are stored as 0, which a max over ReLU outputs ignores (every window holds at least
+ *      one real pixel);
+ *   4. the max pool reads 16-byte vectors from shared memory and writes 128 contiguous bytes per
+ *      pooled pixel.
+ * Blocks are persistent (as many as fit on the GPU: two per SM, 78 KiB of shared memory each)
+ * and loop over tiles.
+ *
+ * Shared memory strides are padded so that the fragment loads hit distinct banks: 24 halves per
+ * space-to-depth pixel (8 consecutive pixels' 48-byte rows tile the 32 banks), 200 halves per
+ * weight row, 72 halves per convolution pixel.
+ */
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/kernels.h"
+#include "cute/arch/copy_sm75.hpp"
+#include "cute/arch/mma_sm80.hpp"
+
+namespace gpulab::kernels {
+namespace {
+
+constexpr int kTileH = 8, kTileW = 7;                              // pooled pixels per tile
+constexpr int kConvH = 2 * kTileH + 1, kConvW = 2 * kTileW + 1;    // 17 x 15 convolution pixels
+constexpr int kConvPixels = kConvH * kConvW;                       // 255
+constexpr int kRows = 256;                                         // GEMM M (a spare row)
+constexpr int kPatchH = kConvH + 3, kPatchW = kConvW + 3;          // 20 x 18 space-to-depth pixels
+constexpr int kImageRows = 2 * kPatchH, kImageCols = 2 * kPatchW;  // 40 x 36 image pixels
+constexpr int kDataChannels = 12;                                  // block^2 x 3
+constexpr int kTapsTotal = static_cast<int>(kStemTaps * kStemTaps);
+constexpr int kGemmK = kTapsTotal * kDataChannels;  // 192
+constexpr int kOut = static_cast<int>(kStemOutChannels);
+constexpr int kPixStride = 24;  // halves per space-to-depth pixel in shared memory
+constexpr int kWStride = 200;   // halves per weight row
+constexpr int kCStride = 72;    // halves per convolution pixel
+constexpr int kStemThreads = 256, kWarps = kStemThreads / 32;
+
+constexpr int kPatchHalves = kPatchH * kPatchW * kPixStride;
+constexpr int kWeightHalves = kOut * kWStride;
+constexpr int kConvHalves = kRows * kCStride;
+constexpr size_t kSmemBytes = (kPatchHalves + kWeightHalves + kConvHalves) * 2 + kOut * sizeof(float);
+
+static_assert(kRows == kWarps * 32 && kRows >= kConvPixels, "each warp owns 32 GEMM rows");
+static_assert(kGemmK % 16 == 0 && kDataChannels % 2 == 0, "K steps of 16, channel pairs within a tap");
+static_assert((kPatchHalves * 2) % 16 == 0 && (kWeightHalves * 2) % 16 == 0 && (kWStride * 2) % 16 == 0,
+              "16-byte aligned shared arrays and ldmatrix rows");
+
+struct StemParams {
+  const float* x;
+  const __half* weight;  // [64, 4, 4, 16]
+  const void* bias;      // [64] float16 or float32, or null
+  bool bias_f32;
+  __half* y;
+  int c, h, w, pad_top, pad_left, conv_h, conv_w, out_h, out_w;
+  int tiles_y, tiles_x;
+  int64_t tiles;
+};
+
+__device__ __forceinline__ uint32_t load_u32(const __half* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+__global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half* patch = reinterpret_cast<__half*>(smem);
+  __half* wts = patch + kPatchHalves;
+  __half* conv = wts + kWeightHalves;
+  float* bias = reinterpret_cast<float*>(conv + kConvHalves);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  // Once per block: the weights without their padding channels, the bias, and a zeroed patch
+  // (channels 4c..23 of each pixel are never written again).
+  for (int i = tid; i < kOut * kTapsTotal * (kDataChannels / 2); i += kStemThreads) {
+    const int pair = i % (kDataChannels / 2), tap = (i / (kDataChannels / 2)) % kTapsTotal;
+    const int k = i / (kDataChannels / 2) / kTapsTotal;
+    const __half2 v =
+        *reinterpret_cast<const __half2*>(p.weight + (k * kTapsTotal + tap) * kStemS2dChannels + 2 * pair);
+    *reinterpret_cast<__half2*>(wts + k * kWStride + tap * kDataChannels + 2 * pair) = v;
+  }
+  if (tid < kOut) bias[tid] = p.bias == nullptr ? 0.0f : load_bias<__half>(p.bias, p.bias_f32, tid);
+  for (int i = tid; i < kPatchHalves / 8; i += kStemThreads) reinterpret_cast<uint4*>(patch)[i] = uint4{};
+  __syncthreads();
+
+  const int patch_elems = p.c * kImageRows * kImageCols;
+  // The image patch of a tile, rounded to float16, into shared memory in space-to-depth order.
+  // Each thread reads along an image row (coalesced). Not unrolled: unrolled, the compiler keeps
+  // every iteration's tile-independent index arithmetic in registers for the whole kernel.
+  auto load_patch = [&](int64_t img, int tx, int ty) {
+    // Convolution pixel (2 oy - 1) starts the pool window of pooled row oy; space-to-depth row Y
+    // holds image rows 2 Y - pad_top and the next.
+    const int row0 = 2 * (2 * kTileH * ty - 1) - p.pad_top, col0 = 2 * (2 * kTileW * tx - 1) - p.pad_left;
+    const float* xi = p.x + img * p.c * p.h * p.w;
+#pragma unroll 1
+    for (int e = tid; e < patch_elems; e += kStemThreads) {
+      const int ci = e / (kImageRows * kImageCols), rem = e - ci * (kImageRows * kImageCols);
+      const int ry = rem / kImageCols, rx = rem - ry * kImageCols;
+      const int iy = row0 + ry, ix = col0 + rx;
+      const float v =
+          iy >= 0 && iy < p.h && ix >= 0 && ix < p.w ? __ldg(xi + (ci * p.h + iy) * p.w + ix) : 0.0f;
+      patch[((ry >> 1) * kPatchW + (rx >> 1)) * kPixStride + ((ry & 1) * 2 + (rx & 1)) * p.c + ci] =
+          __float2half_rn(v);
+    }
+  };
+
+  // This lane's GEMM rows (mma fragment rows g and g + 8 of the warp's two 16-row tiles).
+  const int g = lane >> 2, t4 = lane & 3;
+  int pix[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int m = min(warp * 32 + i * 16 + g + 8 * hh, kConvPixels - 1);
+      pix[i][hh] = ((m / kConvW) * kPatchW + m % kConvW) * kPixStride;
+    }
+  // ldmatrix: lanes 8q..8q+7 address the rows of matrix q (n8 tile 2jp + q / 2, K half q % 2).
+  const __half* wrow = wts + ((lane >> 4) * 8 + (lane & 7)) * kWStride + ((lane >> 3) & 1) * 8;
+
+  for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+    const int tx = static_cast<int>(tile % p.tiles_x);
+    const int ty = static_cast<int>((tile / p.tiles_x) % p.tiles_y);
+    const int64_t img = tile / (static_cast<int64_t>(p.tiles_x) * p.tiles_y);
+    load_patch(img, tx, ty);
+    __syncthreads();  // the patch is complete; the last tile's pool is done
+
+    float acc[2][8][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+          // Unrolled by 2 only: fully unrolled, the compiler keeps all 96 fragment addresses of the K
+          // loop live across the tile loop (they do not depend on the tile) and spills.
+#pragma unroll 2
+    for (int ks = 0; ks < kGemmK / 16; ++ks) {
+      // K index k = tap * 12 + channel; this lane's pairs start at k0 and k0 + 8.
+      int koff[2];
+#pragma unroll
+      for (int hk = 0; hk < 2; ++hk) {
+        const int k = ks * 16 + 2 * t4 + 8 * hk, tap = k / kDataChannels, ch = k - tap * kDataChannels;
+        koff[hk] = ((tap / kStemTaps) * kPatchW + tap % kStemTaps) * kPixStride + ch;
+      }
+      uint32_t a[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        a[i][0] = load_u32(patch + pix[i][0] + koff[0]);
+        a[i][1] = load_u32(patch + pix[i][1] + koff[0]);
+        a[i][2] = load_u32(patch + pix[i][0] + koff[1]);
+        a[i][3] = load_u32(patch + pix[i][1] + koff[1]);
+      }
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        uint32_t b[4];
+        cute::SM75_U32x4_LDSM_N::copy(
+            *reinterpret_cast<const cute::uint128_t*>(wrow + jp * 16 * kWStride + ks * 16), b[0], b[1], b[2],
+            b[3]);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            float* d = acc[i][2 * jp + q];
+            cute::SM80_16x8x16_F32F16F16F32_TN::fma(d[0], d[1], d[2], d[3], a[i][0], a[i][1], a[i][2],
+                                                    a[i][3], b[2 * q], b[2 * q + 1], d[0], d[1], d[2], d[3]);
+          }
+      }
+    }
+
+    // Epilogue: bias, ReLU, float16 into shared memory; 0 outside the convolution's output.
+    const int cy0 = 2 * kTileH * ty - 1, cx0 = 2 * kTileW * tx - 1;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int m = warp * 32 + i * 16 + g + 8 * hh;
+        const int cy = cy0 + m / kConvW, cx = cx0 + m % kConvW;
+        const bool real = m < kConvPixels && cy >= 0 && cy < p.conv_h && cx >= 0 && cx < p.conv_w;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int n = 8 * j + 2 * t4;
+          const float v0 = real ? fmaxf(acc[i][j][2 * hh] + bias[n], 0.0f) : 0.0f;
+          const float v1 = real ? fmaxf(acc[i][j][2 * hh + 1] + bias[n + 1], 0.0f) : 0.0f;
+          *reinterpret_cast<__half2*>(conv + m * kCStride + n) = __floats2half2_rn(v0, v1);
+        }
+      }
+    __syncthreads();
+
+    // Max pool: one pooled pixel's 8 channels per thread and step.
+    for (int item = tid; item < kTileH * kTileW * (kOut / 8); item += kStemThreads) {
+      const int px_i = item / (kOut / 8), chunk = item % (kOut / 8);
+      const int py = px_i / kTileW, px = px_i % kTileW;
+      const int oy = kTileH * ty + py, ox = kTileW * tx + px;
+      if (oy >= p.out_h || ox >= p.out_w) continue;
+      const __half* base = conv + ((2 * py) * kConvW + 2 * px) * kCStride + chunk * 8;
+      uint4 best = *reinterpret_cast<const uint4*>(base);
+#pragma unroll
+      for (int dy = 0; dy < 3; ++dy)
+#pragma unroll
+        for (int dx = 0; dx < 3; ++dx) {
+          const uint4 v = *reinterpret_cast<const uint4*>(base + (dy * kConvW + dx) * kCStride);
+          __half2* b2 = reinterpret_cast<__half2*>(&best);
+          const __half2* v2 = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) b2[q] = __hmax2(b2[q], v2[q]);
+        }
+      *reinterpret_cast<uint4*>(p.y + ((img * p.out_h + oy) * p.out_w + ox) * kOut + chunk * 8) = best;
+    }
+  }
+#else
+  __trap();  // launch_fused_stem refuses GPUs below sm_80
+#endif
+}
+
+// Per device ordinal: persistent blocks to launch (SMs x blocks per SM), 0 until known, -1 when
+// the GPU cannot run the kernel.
+constexpr int kMaxDevices = 64;
+std::atomic<int> g_persistent_blocks[kMaxDevices];
+
+Status persistent_blocks(int* blocks) {
+  int device = 0;
+  GPULAB_CUDA_TRY(cudaGetDevice(&device));
+  if (device >= 0 && device < kMaxDevices) {
+    const int known = g_persistent_blocks[device].load(std::memory_order_relaxed);
+    if (known > 0) {
+      *blocks = known;
+      return Status::ok();
+    }
+  }
+  int major = 0, sms = 0, per_sm = 0;
+  GPULAB_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major < 8)
+    return Status::unsupported(
+        "launch_fused_stem: the fused stem needs an sm_80 or newer GPU (tensor-core "
+        "mma.sync with FP32 accumulation); build the plan without it.");
+  GPULAB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  GPULAB_CUDA_TRY(cudaFuncSetAttribute(fused_stem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSmemBytes)));
+  GPULAB_CUDA_TRY(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fused_stem_kernel, kStemThreads, kSmemBytes));
+  if (per_sm < 1)
+    return Status::unsupported("launch_fused_stem: a block (" + std::to_string(kSmemBytes) +
+                               " bytes of shared memory) does not fit on an SM of this GPU.");
+  *blocks = sms * per_sm;
+  if (device >= 0 && device < kMaxDevices)
+    g_persistent_blocks[device].store(*blocks, std::memory_order_relaxed);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weight, const void* bias, void* y,
+                         cudaStream_t stream) {
+  GPULAB_TRY(validate(d));
+  if (x == nullptr || weight == nullptr || y == nullptr)
+    return Status::invalid_argument("launch_fused_stem: null input, weight or output pointer.");
+  if (!is_aligned(weight, 16) || !is_aligned(y, 16) || !is_aligned(x, 4) ||
+      !is_aligned(bias, d.bias_float32 ? 4 : 2))
+    return Status::invalid_argument("launch_fused_stem: weight and output must be 16-byte aligned.");
+  int blocks = 0;
+  GPULAB_TRY(persistent_blocks(&blocks));
+  StemParams p{};
+  p.x = static_cast<const float*>(x);
+  p.weight = static_cast<const __half*>(weight);
+  p.bias = bias;
+  p.bias_f32 = d.bias_float32;
+  p.y = static_cast<__half*>(y);
+  p.c = static_cast<int>(d.c);
+  p.h = static_cast<int>(d.h);
+  p.w = static_cast<int>(d.w);
+  p.pad_top = static_cast<int>(d.pad_top);
+  p.pad_left = static_cast<int>(d.pad_left);
+  p.conv_h = static_cast<int>(d.conv_h);
+  p.conv_w = static_cast<int>(d.conv_w);
+  p.out_h = static_cast<int>(d.out_h);
+  p.out_w = static_cast<int>(d.out_w);
+  p.tiles_y = static_cast<int>((d.out_h + kTileH - 1) / kTileH);
+  p.tiles_x = static_cast<int>((d.out_w + kTileW - 1) / kTileW);
+  p.tiles = d.n * p.tiles_y * p.tiles_x;
+  const int64_t grid = std::min<int64_t>(p.tiles, blocks);
+  fused_stem_kernel<<<static_cast<unsigned>(grid), kStemThreads, kSmemBytes, stream>>>(p);
+  return check_launch("launch_fused_stem", "fused_stem_kernel");
+}
+
+}  // namespace gpulab::kernels
