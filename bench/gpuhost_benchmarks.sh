@@ -57,7 +57,7 @@ r18=$build/fixtures/resnet18.onnx
 mnv2=models/mobilenet_v2_1.0_224.onnx
 
 if has tests; then
-  timeout $(($(left) * 2 / 5)) ctest --test-dir "$build" -L gpu -E AccuracyGpu --output-on-failure --timeout 200 \
+  timeout $(($(left) * 2 / 5)) ctest --test-dir "$build" -L gpu -E "AccuracyGpu${TESTS_EXCLUDE:+|$TESTS_EXCLUDE}" ${TESTS_REGEX:+-R "$TESTS_REGEX"} --output-on-failure --timeout 200 \
     > "$out/ctest_gpu.log" 2>&1
   echo "gpu tests done at $(($(date +%s) - start)) s"
   grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|\(Failed\)|\(Skipped\)" "$out/ctest_gpu.log" | head -30
@@ -67,8 +67,9 @@ if has accuracy; then
 fi
 if has bench; then
   # GPU compute time (inputs already on the device), CUDA graphs, median; one timing cache.
-  # BENCH_CONFIGS overrides the list: "model:precision:batch[:nos2d] ..." with model r18 or mnv2;
-  # nos2d builds without the space-to-depth stem rewrite (for before/after).
+  # BENCH_CONFIGS overrides the list: "model:precision:batch[:nos2d|:nofuse] ..." with model r18
+  # or mnv2; nos2d builds without the space-to-depth stem rewrite, nofuse without the fused stem
+  # kernel (for before/after).
   # PROFILE_CONFIGS (same form) get a per-layer profile (eager) as well.
   configs=${BENCH_CONFIGS:-"r18:fp16:256 r18:fp16:1 r18:fp32:256 r18:tf32:256 r18:bf16:256 mnv2:fp16:256 mnv2:fp16:1 mnv2:fp32:256 mnv2:bf16:256"}
   bench_one() {  # model precision batch extra-flags name-suffix [more bench flags]
@@ -89,6 +90,7 @@ if has bench; then
       [ "$m" = r18 ] && m=$r18 || m=$mnv2
       extra="" suffix=""
       [ "$f" = nos2d ] && extra="--no-stem-space-to-depth" suffix=_nos2d
+      [ "$f" = nofuse ] && extra="--no-fuse-stem" suffix=_nofuse
       [ "$(left)" -lt 60 ] && break
       bench_one "$m" "$p" "$b" "$extra" "$suffix$([ $# -gt 0 ] && echo _profile)" "$@"
     done
