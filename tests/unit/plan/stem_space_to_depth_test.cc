@@ -230,10 +230,11 @@ TEST(FuseStemPool, LeavesOtherPlansAlone) {
   // A convolution output read by another step as well.
   Graph shared = g;
   shared.nodes.push_back(Node{"extra", OpType::kGlobalAveragePool, {"s"}, {"e"}, {}});
-  shared.outputs = {"logits"};
+  ASSERT_TRUE(shared.infer_shapes().is_ok());
   options.stem_space_to_depth = true;
   auto two_readers = lower_graph(shared, options);
-  if (two_readers.is_ok()) EXPECT_FALSE(fuse_stem_pool(*two_readers, accept));
+  ASSERT_TRUE(two_readers.is_ok()) << two_readers.status().to_string();
+  EXPECT_FALSE(fuse_stem_pool(*two_readers, accept));
   // A plan file whose stem step lost its intermediate values is refused.
   ASSERT_TRUE(fuse_stem_pool(*plan, accept));
   plan->steps[0].fused_values.pop_back();
