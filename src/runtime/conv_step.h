@@ -21,9 +21,9 @@ enum class ConvKernel { kCudnn, kDirect, kDepthwise, kCutlass };
 inline constexpr std::string_view kDirectTactic = "direct";
 inline constexpr std::string_view kDepthwiseTactic = "depthwise";
 // CUTLASS tactics are "cutlass:<tile>" (cuda::cutlass_conv_tactics()).
+inline constexpr std::string_view kCutlassTacticPrefix = "cutlass:";
 // The tactic of a kStem step (kernels::launch_fused_stem, the only kernel that runs one).
 inline constexpr std::string_view kFusedStemTactic = "fused-stem";
-inline constexpr std::string_view kCutlassTacticPrefix = "cutlass:";
 
 // The kernel a tactic string names: "direct", "depthwise" and "cutlass:..." are gpulab's own;
 // anything else ("cudnn:...", "cudnn-unfused:...", "" for the default) is cuDNN.

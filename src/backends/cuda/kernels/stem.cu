@@ -149,15 +149,9 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
     load_patch(img, tx, ty);
     __syncthreads();  // the patch is complete; the last tile's pool is done
 
-    float acc[2][8][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
-          // Unrolled by 2 only: fully unrolled, the compiler keeps all 96 fragment addresses of the K
-          // loop live across the tile loop (they do not depend on the tile) and spills.
+    float acc[2][8][4] = {};
+    // Unrolled by 2 only: fully unrolled, the compiler keeps all 96 fragment addresses of the K
+    // loop live across the tile loop (they do not depend on the tile) and spills.
 #pragma unroll 2
     for (int ks = 0; ks < kGemmK / 16; ++ks) {
       // K index k = tap * 12 + channel; this lane's pairs start at k0 and k0 + 8.
@@ -281,7 +275,9 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
     return Status::invalid_argument("launch_fused_stem: null input, weight or output pointer.");
   if (!is_aligned(weight, 16) || !is_aligned(y, 16) || !is_aligned(x, 4) ||
       !is_aligned(bias, d.bias_float32 ? 4 : 2))
-    return Status::invalid_argument("launch_fused_stem: weight and output must be 16-byte aligned.");
+    return Status::invalid_argument(
+        "launch_fused_stem: weight and output must be 16-byte aligned, the input and bias aligned to their "
+        "element size.");
   int blocks = 0;
   GPULAB_TRY(persistent_blocks(&blocks));
   StemParams p{};
