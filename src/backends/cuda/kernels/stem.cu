@@ -11,8 +11,9 @@
  * windows cover 17 x 15 convolution pixels (the 1-pixel halo is recomputed by the neighbouring
  * tile, 14% more arithmetic than the layer's own), which read 20 x 18 space-to-depth pixels,
  * that is 40 x 36 image pixels. Per tile:
- *   1. the image patch is loaded (float32, zero outside the image), rounded to float16 and stored
- *      in shared memory in space-to-depth order: pixel (Y, X), channel (dy * 2 + dx) * c + ci;
+ *   1. the float32 image patch arrives in shared memory by asynchronous copies (cp.async, zero
+ *      fill outside the image) issued while the previous tile computed; it is rounded to float16
+ *      into a second buffer in space-to-depth order: pixel (Y, X), channel (dy * 2 + dx) * c + ci;
  *   2. the convolution is an implicit GEMM, M = 256 pixels (255 and a spare), N = 64, K = 192
  *      (16 taps x the 12 data channels; the weights' padding channels 12..15 are dropped). Each of
  *      the 8 warps owns 32 pixels x 64 channels, runs CuTe's m16n8k16 FP16 tensor-core atom with
@@ -24,7 +25,7 @@
  *      one real pixel);
  *   4. the max pool reads 16-byte vectors from shared memory and writes 128 contiguous bytes per
  *      pooled pixel.
- * Blocks are persistent (as many as fit on the GPU: two per SM, 78 KiB of shared memory each)
+ * Blocks are persistent (as many as fit on the GPU: two per SM, 95 KiB of shared memory each)
  * and loop over tiles.
  *
  * Shared memory strides are padded so that the fragment loads hit distinct banks: 24 halves per
@@ -41,6 +42,7 @@
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/kernels.h"
 #include "cute/arch/copy_sm75.hpp"
+#include "cute/arch/copy_sm80.hpp"
 #include "cute/arch/mma_sm80.hpp"
 
 namespace gpulab::kernels {
@@ -61,10 +63,12 @@ constexpr int kWStride = 200;   // halves per weight row
 constexpr int kCStride = 72;    // halves per convolution pixel
 constexpr int kStemThreads = 256, kWarps = kStemThreads / 32;
 
+constexpr int kRawFloats = 3 * kImageRows * kImageCols;  // the float32 image patch, c <= 3
 constexpr int kPatchHalves = kPatchH * kPatchW * kPixStride;
 constexpr int kWeightHalves = kOut * kWStride;
 constexpr int kConvHalves = kRows * kCStride;
-constexpr size_t kSmemBytes = (kPatchHalves + kWeightHalves + kConvHalves) * 2 + kOut * sizeof(float);
+constexpr size_t kSmemBytes =
+    kRawFloats * sizeof(float) + (kPatchHalves + kWeightHalves + kConvHalves) * 2 + kOut * sizeof(float);
 
 static_assert(kRows == kWarps * 32 && kRows >= kConvPixels, "each warp owns 32 GEMM rows");
 static_assert(kGemmK % 16 == 0 && kDataChannels % 2 == 0, "K steps of 16, channel pairs within a tap");
@@ -89,7 +93,8 @@ __device__ __forceinline__ uint32_t load_u32(const __half* p) {
 __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char smem[];
-  __half* patch = reinterpret_cast<__half*>(smem);
+  float* raw = reinterpret_cast<float*>(smem);
+  __half* patch = reinterpret_cast<__half*>(raw + kRawFloats);
   __half* wts = patch + kPatchHalves;
   __half* conv = wts + kWeightHalves;
   float* bias = reinterpret_cast<float*>(conv + kConvHalves);
@@ -109,23 +114,34 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
   __syncthreads();
 
   const int patch_elems = p.c * kImageRows * kImageCols;
-  // The image patch of a tile, rounded to float16, into shared memory in space-to-depth order.
-  // Each thread reads along an image row (coalesced). Not unrolled: unrolled, the compiler keeps
-  // every iteration's tile-independent index arithmetic in registers for the whole kernel.
-  auto load_patch = [&](int64_t img, int tx, int ty) {
+  // The float32 image patch of a tile into `raw` with asynchronous copies (zero-filled outside
+  // the image), so that the next tile's loads run while this one computes. Element e of `raw` is
+  // channel e / 1440, row (e % 1440) / 36, column e % 36 of the patch.
+  auto fetch_raw = [&](int64_t tile) {
+    const int tx = static_cast<int>(tile % p.tiles_x);
+    const int ty = static_cast<int>((tile / p.tiles_x) % p.tiles_y);
+    const int64_t img = tile / (static_cast<int64_t>(p.tiles_x) * p.tiles_y);
     // Convolution pixel (2 oy - 1) starts the pool window of pooled row oy; space-to-depth row Y
     // holds image rows 2 Y - pad_top and the next.
     const int row0 = 2 * (2 * kTileH * ty - 1) - p.pad_top, col0 = 2 * (2 * kTileW * tx - 1) - p.pad_left;
     const float* xi = p.x + img * p.c * p.h * p.w;
-#pragma unroll 1
+    for (int e = tid; e < patch_elems; e += kStemThreads) {
+      const int ci = e / (kImageRows * kImageCols), rem = e - ci * (kImageRows * kImageCols);
+      const int iy = row0 + rem / kImageCols, ix = col0 + rem % kImageCols;
+      const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
+      const float* src = inside ? xi + (ci * p.h + iy) * p.w + ix : xi;
+      cute::SM80_CP_ASYNC_CACHEALWAYS_ZFILL<uint32_t, uint32_t>::copy(
+          *reinterpret_cast<const uint32_t*>(src), *reinterpret_cast<uint32_t*>(raw + e), inside);
+    }
+    cute::cp_async_fence();
+  };
+  // `raw`, rounded to float16, into the patch in space-to-depth order.
+  auto convert_raw = [&] {
     for (int e = tid; e < patch_elems; e += kStemThreads) {
       const int ci = e / (kImageRows * kImageCols), rem = e - ci * (kImageRows * kImageCols);
       const int ry = rem / kImageCols, rx = rem - ry * kImageCols;
-      const int iy = row0 + ry, ix = col0 + rx;
-      const float v =
-          iy >= 0 && iy < p.h && ix >= 0 && ix < p.w ? __ldg(xi + (ci * p.h + iy) * p.w + ix) : 0.0f;
       patch[((ry >> 1) * kPatchW + (rx >> 1)) * kPixStride + ((ry & 1) * 2 + (rx & 1)) * p.c + ci] =
-          __float2half_rn(v);
+          __float2half_rn(raw[e]);
     }
   };
 
@@ -142,12 +158,16 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
   // ldmatrix: lanes 8q..8q+7 address the rows of matrix q (n8 tile 2jp + q / 2, K half q % 2).
   const __half* wrow = wts + ((lane >> 4) * 8 + (lane & 7)) * kWStride + ((lane >> 3) & 1) * 8;
 
+  if (blockIdx.x < p.tiles) fetch_raw(blockIdx.x);
   for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
     const int tx = static_cast<int>(tile % p.tiles_x);
     const int ty = static_cast<int>((tile / p.tiles_x) % p.tiles_y);
     const int64_t img = tile / (static_cast<int64_t>(p.tiles_x) * p.tiles_y);
-    load_patch(img, tx, ty);
-    __syncthreads();  // the patch is complete; the last tile's pool is done
+    cute::cp_async_wait<0>();
+    __syncthreads();  // this tile's image patch has landed; the last tile's pool is done
+    convert_raw();
+    __syncthreads();  // the patch is complete; `raw` is free again
+    if (tile + gridDim.x < p.tiles) fetch_raw(tile + gridDim.x);
 
     float acc[2][8][4] = {};
     // Unrolled by 2 only: fully unrolled, the compiler keeps all 96 fragment addresses of the K
