@@ -3,7 +3,8 @@
 // unfused plan stores it), then the 3x3/2 max pool. The kernel gets the weights in the
 // space-to-depth layout lower_graph writes; the test builds that layout independently from the
 // ONNX [k, c, r, s] weights. Shapes: ResNet's 224x224 stem, odd sizes that leave partial tiles,
-// one-channel images, asymmetric pads, no bias, ceil-mode pooling.
+// one- and two-channel images, rows that take the 16-byte loads and rows that do not, asymmetric
+// pads, no bias, ceil-mode pooling.
 #include "backends/cuda/kernels/kernel_desc.h"
 #include "backends/cuda/kernels/kernels.h"
 
@@ -25,7 +26,7 @@ using testing::to_nhwc;
 
 struct Case {
   int64_t n = 1, c = 3, h = 224, w = 224;
-  int64_t kernel = 7;  // 7 or 8: 4x4 taps over space-to-depth pixels
+  int64_t kernel = 7;  // at most 8: 4x4 taps over space-to-depth pixels
   Pads pads{3, 3, 3, 3};
   Pads pool_pads{1, 1, 1, 1};
   bool ceil_mode = false;
@@ -112,6 +113,15 @@ TEST(FusedStemGpu, PartialTilesAndOddSizes) {
   check_stem({.n = 1, .c = 1, .h = 30, .w = 50, .bias = false});       // gray image, no bias
   check_stem({.n = 2, .c = 2, .h = 9, .w = 9, .pads = {2, 3, 1, 3}});  // one partial tile, asymmetric pads
   check_stem({.n = 1, .h = 40, .w = 36, .kernel = 8, .pads = {3, 3, 4, 4}});  // 8x8 window: every tap used
+}
+
+// Widths that are multiples of 4 take the 16-byte image loads, others the 4-byte ones (above);
+// fewer channels leave more of the GEMM's K pairs empty, which the kernel drops.
+TEST(FusedStemGpu, AlignedRowsFewChannels) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  check_stem({.n = 2, .c = 1, .h = 37, .w = 52});
+  check_stem({.n = 1, .c = 2, .h = 44, .w = 40, .pads = {2, 1, 3, 2}});
+  check_stem({.n = 1, .c = 1, .h = 20, .w = 24, .kernel = 5, .pads = {2, 2, 2, 2}});  // 5x5: more empty taps
 }
 
 TEST(FusedStemGpu, CeilModeAndPoolPads) {

@@ -12,20 +12,22 @@
  * tile, 14% more arithmetic than the layer's own), which read 20 x 18 space-to-depth pixels,
  * that is 40 x 36 image pixels. Per tile:
  *   1. the float32 image patch arrives in shared memory by asynchronous copies (cp.async, zero
- *      fill outside the image) issued while the previous tile computed; it is rounded to float16
- *      into a second buffer in space-to-depth order: pixel (Y, X), channel (dy * 2 + dx) * c + ci;
+ *      fill outside the image; 16-byte pieces when the image width is a multiple of 4) issued
+ *      while the previous tile computed; it is rounded to float16 into a second buffer in
+ *      space-to-depth order: pixel (Y, X), channel (dy * 2 + dx) * c + ci;
  *   2. the convolution is an implicit GEMM, M = 256 pixels (255 and a spare), N = 64, K = 192
- *      (16 taps x the 12 data channels; the weights' padding channels 12..15 are dropped). Each of
- *      the 8 warps owns 32 pixels x 64 channels, runs CuTe's m16n8k16 FP16 tensor-core atom with
- *      FP32 accumulators, reads the A operand straight from the patch (an im2col view: 32-bit
- *      loads at computed addresses) and the B operand (weights, loaded once per block) with
- *      ldmatrix;
+ *      (16 taps x the 12 data channels; the weights' padding channels 12..15 are dropped, and so
+ *      are the K pairs whose weights are all 0: ResNet's 7x7 in its 8x8 window leaves 154 of the
+ *      192, that is 10 K steps of 16 instead of 12). Each of the 8 warps owns 32 pixels x 64
+ *      channels, runs CuTe's m16n8k16 FP16 tensor-core atom with FP32 accumulators, reads the A
+ *      operand straight from the patch (an im2col view: 32-bit loads at offsets listed once per
+ *      block) and the B operand (weights, loaded and compacted once per block) with ldmatrix;
  *   3. bias and ReLU, rounded to float16 into shared memory; pixels outside the convolution's
  *      output are stored as 0, which a max over ReLU outputs ignores (every window holds at least
  *      one real pixel);
  *   4. the max pool reads 16-byte vectors from shared memory and writes 128 contiguous bytes per
  *      pooled pixel.
- * Blocks are persistent (as many as fit on the GPU: two per SM, 95 KiB of shared memory each)
+ * Blocks are persistent (as many as fit on the GPU: two per SM, 97 KiB of shared memory each)
  * and loop over tiles.
  *
  * Shared memory strides are padded so that the fragment loads hit distinct banks: 24 halves per
@@ -63,12 +65,14 @@ constexpr int kWStride = 200;   // halves per weight row
 constexpr int kCStride = 72;    // halves per convolution pixel
 constexpr int kStemThreads = 256, kWarps = kStemThreads / 32;
 
-constexpr int kRawFloats = 3 * kImageRows * kImageCols;  // the float32 image patch, c <= 3
+constexpr int kRawCols = kImageCols + 4;               // floats per image row of `raw`
+constexpr int kRawFloats = 3 * kImageRows * kRawCols;  // the float32 image patch, c <= 3
 constexpr int kPatchHalves = kPatchH * kPatchW * kPixStride;
 constexpr int kWeightHalves = kOut * kWStride;
 constexpr int kConvHalves = kRows * kCStride;
-constexpr size_t kSmemBytes =
-    kRawFloats * sizeof(float) + (kPatchHalves + kWeightHalves + kConvHalves) * 2 + kOut * sizeof(float);
+constexpr int kKPairs = kGemmK / 2;  // K pairs before compaction (the mma's A registers hold two K values)
+constexpr size_t kSmemBytes = kRawFloats * sizeof(float) + (kPatchHalves + kWeightHalves + kConvHalves) * 2 +
+                              kOut * sizeof(float) + (kKPairs + 1) * sizeof(int);
 
 static_assert(kRows == kWarps * 32 && kRows >= kConvPixels, "each warp owns 32 GEMM rows");
 static_assert(kGemmK % 16 == 0 && kDataChannels % 2 == 0, "K steps of 16, channel pairs within a tap");
@@ -83,11 +87,27 @@ struct StemParams {
   __half* y;
   int c, h, w, pad_top, pad_left, conv_h, conv_w, out_h, out_w;
   int tiles_y, tiles_x;
+  bool vec16;  // w % 4 == 0 and x 16-byte aligned: the patch rows arrive in 16-byte pieces
   int64_t tiles;
 };
 
 __device__ __forceinline__ uint32_t load_u32(const __half* p) {
   return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// One space-to-depth pixel's 12 channels from `raw` (r: its top-left image pixel of channel 0),
+// (dy * 2 + dx) * C + ci, rounded to float16; channels 4C..11 are 0.
+template <int C>
+__device__ __forceinline__ void s2d_pixel(const float* r, __half* v) {
+#pragma unroll
+  for (int ch = 4 * C; ch < kDataChannels; ++ch) v[ch] = __float2half(0.0f);
+#pragma unroll
+  for (int ci = 0; ci < C; ++ci)
+#pragma unroll
+    for (int dy = 0; dy < 2; ++dy)
+#pragma unroll
+      for (int dx = 0; dx < 2; ++dx)
+        v[(dy * 2 + dx) * C + ci] = __float2half_rn(r[(ci * kImageRows + dy) * kRawCols + dx]);
 }
 
 __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams p) {
@@ -98,6 +118,7 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
   __half* wts = patch + kPatchHalves;
   __half* conv = wts + kWeightHalves;
   float* bias = reinterpret_cast<float*>(conv + kConvHalves);
+  int* kpair = reinterpret_cast<int*>(bias + kOut);  // kKPairs + 1
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   // Once per block: the weights without their padding channels, the bias, and a zeroed patch
@@ -111,12 +132,48 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
   }
   if (tid < kOut) bias[tid] = p.bias == nullptr ? 0.0f : load_bias<__half>(p.bias, p.bias_f32, tid);
   for (int i = tid; i < kPatchHalves / 8; i += kStemThreads) reinterpret_cast<uint4*>(patch)[i] = uint4{};
+  // K pairs (two consecutive channels of a tap) whose weights are 0 for every output channel add
+  // nothing: the rewritten 7x7 has a zero tap row and column in its 8x8 window, and a gray image
+  // leaves 8 of the 12 channels empty. Mark the non-zero pairs...
+  if (tid < kKPairs) {
+    bool used = false;
+    for (int k = 0; k < kOut; ++k) {
+      const __half2 v = *reinterpret_cast<const __half2*>(wts + k * kWStride + 2 * tid);
+      used |= !__hbeq2(v, __float2half2_rn(0.0f));  // a half that is not 0 (or NaN)
+    }
+    kpair[tid] = used ? 1 : 0;
+  }
+  __syncthreads();
+  // ...list them in order, padded to whole K steps of 8 pairs (the padding repeats patch offset 0
+  // with zero weights), and compact each weight row to that order (in place: a pair only moves
+  // towards the row's start).
+  if (tid == 0) {
+    int n = 0;
+    for (int q = 0; q < kKPairs; ++q)
+      if (kpair[q] != 0) kpair[n++] = q;
+    const int steps = (n + 7) / 8;
+    for (; n < 8 * steps; ++n) kpair[n] = -1;
+    kpair[kKPairs] = steps;
+  }
+  __syncthreads();
+  const int ksteps = kpair[kKPairs];
+  if (tid < kOut) {
+    __half2* row = reinterpret_cast<__half2*>(wts + tid * kWStride);
+    for (int j = 0; j < 8 * ksteps; ++j) row[j] = kpair[j] >= 0 ? row[kpair[j]] : __float2half2_rn(0.0f);
+  }
+  __syncthreads();
+  // Then each listed pair's offset within a space-to-depth pixel window of the patch.
+  if (tid < 8 * ksteps) {
+    const int q = kpair[tid], tap = q / (kDataChannels / 2), ch = 2 * q - tap * kDataChannels;
+    kpair[tid] = q < 0 ? 0 : ((tap / kStemTaps) * kPatchW + tap % kStemTaps) * kPixStride + ch;
+  }
   __syncthreads();
 
-  const int patch_elems = p.c * kImageRows * kImageCols;
   // The float32 image patch of a tile into `raw` with asynchronous copies (zero-filled outside
-  // the image), so that the next tile's loads run while this one computes. Element e of `raw` is
-  // channel e / 1440, row (e % 1440) / 36, column e % 36 of the patch.
+  // the image), so that the next tile's loads run while this one computes. `raw` holds, per
+  // channel and patch row, kRawCols image columns from column col0 rounded down to a multiple
+  // of 4, so that rows of an image whose width is a multiple of 4 arrive in aligned 16-byte
+  // pieces (p.vec16); otherwise it is filled 4 bytes at a time from col0 itself.
   auto fetch_raw = [&](int64_t tile) {
     const int tx = static_cast<int>(tile % p.tiles_x);
     const int ty = static_cast<int>((tile / p.tiles_x) % p.tiles_y);
@@ -125,23 +182,51 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
     // holds image rows 2 Y - pad_top and the next.
     const int row0 = 2 * (2 * kTileH * ty - 1) - p.pad_top, col0 = 2 * (2 * kTileW * tx - 1) - p.pad_left;
     const float* xi = p.x + img * p.c * p.h * p.w;
-    for (int e = tid; e < patch_elems; e += kStemThreads) {
-      const int ci = e / (kImageRows * kImageCols), rem = e - ci * (kImageRows * kImageCols);
-      const int iy = row0 + rem / kImageCols, ix = col0 + rem % kImageCols;
-      const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
-      const float* src = inside ? xi + (ci * p.h + iy) * p.w + ix : xi;
-      cute::SM80_CP_ASYNC_CACHEALWAYS_ZFILL<uint32_t, uint32_t>::copy(
-          *reinterpret_cast<const uint32_t*>(src), *reinterpret_cast<uint32_t*>(raw + e), inside);
+    if (p.vec16) {
+      const int cbase = col0 & ~3;
+#pragma unroll 1
+      for (int e = tid; e < p.c * kImageRows * (kRawCols / 4); e += kStemThreads) {
+        const int row = e / (kRawCols / 4), piece = e - row * (kRawCols / 4);  // row: ci * 40 + ry
+        const int ci = row / kImageRows, iy = row0 + row - ci * kImageRows, ix = cbase + 4 * piece;
+        const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
+        const float* src = inside ? xi + (ci * p.h + iy) * p.w + ix : xi;
+        cute::SM80_CP_ASYNC_CACHEALWAYS_ZFILL<cute::uint128_t, cute::uint128_t>::copy(
+            *reinterpret_cast<const cute::uint128_t*>(src),
+            *reinterpret_cast<cute::uint128_t*>(raw + row * kRawCols + 4 * piece), inside);
+      }
+    } else {
+#pragma unroll 1
+      for (int e = tid; e < p.c * kImageRows * kImageCols; e += kStemThreads) {
+        const int row = e / kImageCols, col = e - row * kImageCols;
+        const int ci = row / kImageRows, iy = row0 + row - ci * kImageRows, ix = col0 + col;
+        const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
+        const float* src = inside ? xi + (ci * p.h + iy) * p.w + ix : xi;
+        cute::SM80_CP_ASYNC_CACHEALWAYS_ZFILL<uint32_t, uint32_t>::copy(
+            *reinterpret_cast<const uint32_t*>(src), *reinterpret_cast<uint32_t*>(raw + row * kRawCols + col),
+            inside);
+      }
     }
     cute::cp_async_fence();
   };
-  // `raw`, rounded to float16, into the patch in space-to-depth order.
-  auto convert_raw = [&] {
-    for (int e = tid; e < patch_elems; e += kStemThreads) {
-      const int ci = e / (kImageRows * kImageCols), rem = e - ci * (kImageRows * kImageCols);
-      const int ry = rem / kImageCols, rx = rem - ry * kImageCols;
-      patch[((ry >> 1) * kPatchW + (rx >> 1)) * kPixStride + ((ry & 1) * 2 + (rx & 1)) * p.c + ci] =
-          __float2half_rn(raw[e]);
+  // `raw`, rounded to float16, into the patch in space-to-depth order: one thread per
+  // space-to-depth pixel writes its 4c channels ((dy * 2 + dx) * c + ci) in two stores.
+  auto convert_raw = [&](int tx) {
+    const int col0 = 2 * (2 * kTileW * tx - 1) - p.pad_left;
+    const int off = p.vec16 ? col0 - (col0 & ~3) : 0;  // the patch's first column within `raw`
+#pragma unroll 1
+    for (int e = tid; e < kPatchH * kPatchW; e += kStemThreads) {
+      const int y = e / kPatchW, x = e - y * kPatchW;
+      const float* r = raw + 2 * y * kRawCols + off + 2 * x;
+      __align__(16) __half v[kDataChannels];
+      if (p.c == 3)
+        s2d_pixel<3>(r, v);
+      else if (p.c == 2)
+        s2d_pixel<2>(r, v);
+      else
+        s2d_pixel<1>(r, v);
+      __half* dst = patch + e * kPixStride;
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(v);
+      *reinterpret_cast<uint2*>(dst + 8) = *reinterpret_cast<const uint2*>(v + 8);
     }
   };
 
@@ -165,7 +250,7 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
     const int64_t img = tile / (static_cast<int64_t>(p.tiles_x) * p.tiles_y);
     cute::cp_async_wait<0>();
     __syncthreads();  // this tile's image patch has landed; the last tile's pool is done
-    convert_raw();
+    convert_raw(tx);
     __syncthreads();  // the patch is complete; `raw` is free again
     if (tile + gridDim.x < p.tiles) fetch_raw(tile + gridDim.x);
 
@@ -173,14 +258,9 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
     // Unrolled by 2 only: fully unrolled, the compiler keeps all 96 fragment addresses of the K
     // loop live across the tile loop (they do not depend on the tile) and spills.
 #pragma unroll 2
-    for (int ks = 0; ks < kGemmK / 16; ++ks) {
-      // K index k = tap * 12 + channel; this lane's pairs start at k0 and k0 + 8.
-      int koff[2];
-#pragma unroll
-      for (int hk = 0; hk < 2; ++hk) {
-        const int k = ks * 16 + 2 * t4 + 8 * hk, tap = k / kDataChannels, ch = k - tap * kDataChannels;
-        koff[hk] = ((tap / kStemTaps) * kPatchW + tap % kStemTaps) * kPixStride + ch;
-      }
+    for (int ks = 0; ks < ksteps; ++ks) {
+      // This lane's K pairs: t4 and t4 + 4 of the step's 8 listed pairs.
+      const int koff[2] = {kpair[8 * ks + t4], kpair[8 * ks + t4 + 4]};
       uint32_t a[2][4];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
@@ -318,6 +398,7 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
   p.tiles_y = static_cast<int>((d.out_h + kTileH - 1) / kTileH);
   p.tiles_x = static_cast<int>((d.out_w + kTileW - 1) / kTileW);
   p.tiles = d.n * p.tiles_y * p.tiles_x;
+  p.vec16 = d.w % 4 == 0 && is_aligned(x, 16);
   const int64_t grid = std::min<int64_t>(p.tiles, blocks);
   fused_stem_kernel<<<static_cast<unsigned>(grid), kStemThreads, kSmemBytes, stream>>>(p);
   return check_launch("launch_fused_stem", "fused_stem_kernel");
