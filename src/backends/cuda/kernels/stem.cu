@@ -45,6 +45,7 @@
 #include "backends/cuda/kernels/kernels.h"
 #include "cute/arch/copy_sm75.hpp"
 #include "cute/arch/copy_sm80.hpp"
+#include "cute/arch/copy_sm90.hpp"
 #include "cute/arch/mma_sm80.hpp"
 
 namespace gpulab::kernels {
@@ -72,7 +73,7 @@ constexpr int kWeightHalves = kOut * kWStride;
 constexpr int kConvHalves = kRows * kCStride;
 constexpr int kKPairs = kGemmK / 2;  // K pairs before compaction (the mma's A registers hold two K values)
 constexpr size_t kSmemBytes = kRawFloats * sizeof(float) + (kPatchHalves + kWeightHalves + kConvHalves) * 2 +
-                              kOut * sizeof(float) + (kKPairs + 1) * sizeof(int);
+                              kOut * sizeof(float) + (2 * kKPairs + kKPairs / 32) * sizeof(int);
 
 static_assert(kRows == kWarps * 32 && kRows >= kConvPixels, "each warp owns 32 GEMM rows");
 static_assert(kGemmK % 16 == 0 && kDataChannels % 2 == 0, "K steps of 16, channel pairs within a tap");
@@ -86,9 +87,8 @@ struct StemParams {
   bool bias_f32;
   __half* y;
   int c, h, w, pad_top, pad_left, conv_h, conv_w, out_h, out_w;
-  int tiles_y, tiles_x;
+  int tiles_x, tiles_per_image, tiles;  // tiles < 2^31 (launch_fused_stem checks)
   bool vec16;  // w % 4 == 0 and x 16-byte aligned: the patch rows arrive in 16-byte pieces
-  int64_t tiles;
 };
 
 __device__ __forceinline__ uint32_t load_u32(const __half* p) {
@@ -118,54 +118,59 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
   __half* wts = patch + kPatchHalves;
   __half* conv = wts + kWeightHalves;
   float* bias = reinterpret_cast<float*>(conv + kConvHalves);
-  int* kpair = reinterpret_cast<int*>(bias + kOut);  // kKPairs + 1
+  int* klist = reinterpret_cast<int*>(bias + kOut);  // the used K pairs, padded to whole K steps
+  int* koffs = klist + kKPairs;                      // their patch offsets
+  int* kcount = koffs + kKPairs;                     // used pairs per warp of 32
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  // Once per block: the weights without their padding channels, the bias, and a zeroed patch
-  // (channels 4c..23 of each pixel are never written again).
+  // Once per block: the weights without their padding channels into `conv` (free until the first
+  // epilogue), the bias, and a zeroed patch (channels 4c..23 of each pixel are never written again).
+  __half* wfull = conv;  // [64][192]
   for (int i = tid; i < kOut * kTapsTotal * (kDataChannels / 2); i += kStemThreads) {
     const int pair = i % (kDataChannels / 2), tap = (i / (kDataChannels / 2)) % kTapsTotal;
     const int k = i / (kDataChannels / 2) / kTapsTotal;
-    const __half2 v =
+    reinterpret_cast<__half2*>(wfull)[i] =
         *reinterpret_cast<const __half2*>(p.weight + (k * kTapsTotal + tap) * kStemS2dChannels + 2 * pair);
-    *reinterpret_cast<__half2*>(wts + k * kWStride + tap * kDataChannels + 2 * pair) = v;
   }
   if (tid < kOut) bias[tid] = p.bias == nullptr ? 0.0f : load_bias<__half>(p.bias, p.bias_f32, tid);
   for (int i = tid; i < kPatchHalves / 8; i += kStemThreads) reinterpret_cast<uint4*>(patch)[i] = uint4{};
+  __syncthreads();
   // K pairs (two consecutive channels of a tap) whose weights are 0 for every output channel add
   // nothing: the rewritten 7x7 has a zero tap row and column in its 8x8 window, and a gray image
-  // leaves 8 of the 12 channels empty. Mark the non-zero pairs...
+  // leaves 8 of the 12 channels empty. Threads 0..95 test one pair each; a ballot per warp...
+  static_assert(kKPairs % 32 == 0 && kKPairs <= kStemThreads, "whole warps of K pairs");
+  bool used = false;
+  uint32_t ballot = 0;
   if (tid < kKPairs) {
-    bool used = false;
-    for (int k = 0; k < kOut; ++k) {
-      const __half2 v = *reinterpret_cast<const __half2*>(wts + k * kWStride + 2 * tid);
-      used |= !__hbeq2(v, __float2half2_rn(0.0f));  // a half that is not 0 (or NaN)
-    }
-    kpair[tid] = used ? 1 : 0;
+#pragma unroll 8
+    for (int k = 0; k < kOut; ++k)
+      used |= !__hbeq2(reinterpret_cast<const __half2*>(wfull)[k * kKPairs + tid], __float2half2_rn(0.0f));
+    ballot = __ballot_sync(0xffffffffu, used);
+    if (lane == 0) kcount[warp] = __popc(ballot);
   }
   __syncthreads();
-  // ...list them in order, padded to whole K steps of 8 pairs (the padding repeats patch offset 0
-  // with zero weights), and compact each weight row to that order (in place: a pair only moves
-  // towards the row's start).
-  if (tid == 0) {
-    int n = 0;
-    for (int q = 0; q < kKPairs; ++q)
-      if (kpair[q] != 0) kpair[n++] = q;
-    const int steps = (n + 7) / 8;
-    for (; n < 8 * steps; ++n) kpair[n] = -1;
-    kpair[kKPairs] = steps;
+  // ...gives each used pair its place in the list, which is padded to whole K steps of 8 pairs
+  // (the padding reads patch offset 0 against zero weights).
+  int used_pairs = 0, before = 0;
+#pragma unroll
+  for (int w = 0; w < kKPairs / 32; ++w) {
+    before += w < warp ? kcount[w] : 0;
+    used_pairs += kcount[w];
   }
+  const int ksteps = (used_pairs + 7) / 8;
+  if (used) klist[before + __popc(ballot & ((1u << lane) - 1u))] = tid;
+  if (tid >= used_pairs && tid < 8 * ksteps) klist[tid] = -1;
   __syncthreads();
-  const int ksteps = kpair[kKPairs];
-  if (tid < kOut) {
-    __half2* row = reinterpret_cast<__half2*>(wts + tid * kWStride);
-    for (int j = 0; j < 8 * ksteps; ++j) row[j] = kpair[j] >= 0 ? row[kpair[j]] : __float2half2_rn(0.0f);
+  // The weights compacted to the list's order, and each listed pair's offset within a
+  // space-to-depth pixel window of the patch.
+  for (int i = tid; i < kOut * 8 * ksteps; i += kStemThreads) {
+    const int k = i / (8 * ksteps), j = i - k * 8 * ksteps, q = klist[j];
+    reinterpret_cast<__half2*>(wts + k * kWStride)[j] =
+        q >= 0 ? reinterpret_cast<const __half2*>(wfull)[k * kKPairs + q] : __float2half2_rn(0.0f);
   }
-  __syncthreads();
-  // Then each listed pair's offset within a space-to-depth pixel window of the patch.
   if (tid < 8 * ksteps) {
-    const int q = kpair[tid], tap = q / (kDataChannels / 2), ch = 2 * q - tap * kDataChannels;
-    kpair[tid] = q < 0 ? 0 : ((tap / kStemTaps) * kPatchW + tap % kStemTaps) * kPixStride + ch;
+    const int q = klist[tid], tap = q / (kDataChannels / 2), ch = 2 * q - tap * kDataChannels;
+    koffs[tid] = q < 0 ? 0 : ((tap / kStemTaps) * kPatchW + tap % kStemTaps) * kPixStride + ch;
   }
   __syncthreads();
 
@@ -174,14 +179,13 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
   // channel and patch row, kRawCols image columns from column col0 rounded down to a multiple
   // of 4, so that rows of an image whose width is a multiple of 4 arrive in aligned 16-byte
   // pieces (p.vec16); otherwise it is filled 4 bytes at a time from col0 itself.
-  auto fetch_raw = [&](int64_t tile) {
-    const int tx = static_cast<int>(tile % p.tiles_x);
-    const int ty = static_cast<int>((tile / p.tiles_x) % p.tiles_y);
-    const int64_t img = tile / (static_cast<int64_t>(p.tiles_x) * p.tiles_y);
+  auto fetch_raw = [&](int tile) {
+    const int img = tile / p.tiles_per_image, in_img = tile - img * p.tiles_per_image;
+    const int ty = in_img / p.tiles_x, tx = in_img - ty * p.tiles_x;
     // Convolution pixel (2 oy - 1) starts the pool window of pooled row oy; space-to-depth row Y
     // holds image rows 2 Y - pad_top and the next.
     const int row0 = 2 * (2 * kTileH * ty - 1) - p.pad_top, col0 = 2 * (2 * kTileW * tx - 1) - p.pad_left;
-    const float* xi = p.x + img * p.c * p.h * p.w;
+    const float* xi = p.x + static_cast<int64_t>(img) * p.c * p.h * p.w;
     if (p.vec16) {
       const int cbase = col0 & ~3;
 #pragma unroll 1
@@ -244,10 +248,9 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
   const __half* wrow = wts + ((lane >> 4) * 8 + (lane & 7)) * kWStride + ((lane >> 3) & 1) * 8;
 
   if (blockIdx.x < p.tiles) fetch_raw(blockIdx.x);
-  for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-    const int tx = static_cast<int>(tile % p.tiles_x);
-    const int ty = static_cast<int>((tile / p.tiles_x) % p.tiles_y);
-    const int64_t img = tile / (static_cast<int64_t>(p.tiles_x) * p.tiles_y);
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+    const int img = tile / p.tiles_per_image, in_img = tile - img * p.tiles_per_image;
+    const int ty = in_img / p.tiles_x, tx = in_img - ty * p.tiles_x;
     cute::cp_async_wait<0>();
     __syncthreads();  // this tile's image patch has landed; the last tile's pool is done
     convert_raw(tx);
@@ -260,7 +263,7 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
 #pragma unroll 2
     for (int ks = 0; ks < ksteps; ++ks) {
       // This lane's K pairs: t4 and t4 + 4 of the step's 8 listed pairs.
-      const int koff[2] = {kpair[8 * ks + t4], kpair[8 * ks + t4 + 4]};
+      const int koff[2] = {koffs[8 * ks + t4], koffs[8 * ks + t4 + 4]};
       uint32_t a[2][4];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
@@ -286,22 +289,48 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
       }
     }
 
-    // Epilogue: bias, ReLU, float16 into shared memory; 0 outside the convolution's output.
+    // Epilogue: bias, ReLU, float16 into shared memory; 0 outside the convolution's output. Per
+    // 16-row tile and pair of n8 tiles, the four 8x8 accumulator blocks go out in one stmatrix
+    // (sm_90) or as four 32-bit stores per lane.
     const int cy0 = 2 * kTileH * ty - 1, cx0 = 2 * kTileW * tx - 1;
+    bool real[2][2];
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int m = warp * 32 + i * 16 + g + 8 * hh;
         const int cy = cy0 + m / kConvW, cx = cx0 + m % kConvW;
-        const bool real = m < kConvPixels && cy >= 0 && cy < p.conv_h && cx >= 0 && cx < p.conv_w;
+        real[i][hh] = m < kConvPixels && cy >= 0 && cy < p.conv_h && cx >= 0 && cx < p.conv_w;
+      }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int n = 8 * j + 2 * t4;
-          const float v0 = real ? fmaxf(acc[i][j][2 * hh] + bias[n], 0.0f) : 0.0f;
-          const float v1 = real ? fmaxf(acc[i][j][2 * hh + 1] + bias[n + 1], 0.0f) : 0.0f;
-          *reinterpret_cast<__half2*>(conv + m * kCStride + n) = __floats2half2_rn(v0, v1);
-        }
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        uint32_t r[4];  // block (n8 tile 2 jp + q, rows 8 hh..8 hh + 7) in r[2 q + hh]
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int j = 2 * jp + q, n = 8 * j + 2 * t4;
+            const float v0 = real[i][hh] ? fmaxf(acc[i][j][2 * hh] + bias[n], 0.0f) : 0.0f;
+            const float v1 = real[i][hh] ? fmaxf(acc[i][j][2 * hh + 1] + bias[n + 1], 0.0f) : 0.0f;
+            const __half2 h2 = __floats2half2_rn(v0, v1);
+            r[2 * q + hh] = *reinterpret_cast<const uint32_t*>(&h2);
+          }
+#if __CUDA_ARCH__ >= 900
+        // Lanes 8b..8b+7 address the rows of block b.
+        const int b = lane >> 3, row = warp * 32 + i * 16 + (b & 1) * 8 + (lane & 7);
+        cute::SM90_U32x4_STSM_N::copy(
+            r[0], r[1], r[2], r[3],
+            *reinterpret_cast<cute::uint128_t*>(conv + row * kCStride + 8 * (2 * jp + (b >> 1))));
+#else
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh)
+            *reinterpret_cast<uint32_t*>(conv + (warp * 32 + i * 16 + g + 8 * hh) * kCStride +
+                                         8 * (2 * jp + q) + 2 * t4) = r[2 * q + hh];
+#endif
       }
     __syncthreads();
 
@@ -323,7 +352,8 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
 #pragma unroll
           for (int q = 0; q < 4; ++q) b2[q] = __hmax2(b2[q], v2[q]);
         }
-      *reinterpret_cast<uint4*>(p.y + ((img * p.out_h + oy) * p.out_w + ox) * kOut + chunk * 8) = best;
+      *reinterpret_cast<uint4*>(p.y + ((static_cast<int64_t>(img) * p.out_h + oy) * p.out_w + ox) * kOut +
+                                chunk * 8) = best;
     }
   }
 #else
@@ -395,12 +425,16 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
   p.conv_w = static_cast<int>(d.conv_w);
   p.out_h = static_cast<int>(d.out_h);
   p.out_w = static_cast<int>(d.out_w);
-  p.tiles_y = static_cast<int>((d.out_h + kTileH - 1) / kTileH);
+  const int64_t tiles_per_image = ((d.out_h + kTileH - 1) / kTileH) * ((d.out_w + kTileW - 1) / kTileW);
+  if (d.n * tiles_per_image >= (int64_t{1} << 31))
+    return Status::invalid_argument("launch_fused_stem: " + std::to_string(d.n * tiles_per_image) +
+                                    " tiles; the kernel numbers them in 32 bits. Run the batch in parts.");
   p.tiles_x = static_cast<int>((d.out_w + kTileW - 1) / kTileW);
-  p.tiles = d.n * p.tiles_y * p.tiles_x;
+  p.tiles_per_image = static_cast<int>(tiles_per_image);
+  p.tiles = static_cast<int>(d.n * tiles_per_image);
   p.vec16 = d.w % 4 == 0 && is_aligned(x, 16);
-  const int64_t grid = std::min<int64_t>(p.tiles, blocks);
-  fused_stem_kernel<<<static_cast<unsigned>(grid), kStemThreads, kSmemBytes, stream>>>(p);
+  const int grid = std::min(p.tiles, blocks);
+  fused_stem_kernel<<<grid, kStemThreads, kSmemBytes, stream>>>(p);
   return check_launch("launch_fused_stem", "fused_stem_kernel");
 }
 
