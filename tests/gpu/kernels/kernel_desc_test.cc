@@ -234,6 +234,11 @@ TEST(FusedStemDesc, RejectsWhatTheKernelDoesNotCompute) {
   d = resnet_stem();
   d.dtype = DataType::kBFloat16;
   expect_invalid(validate(d), "float16 only");
+  d = resnet_stem();
+  d.n = (int64_t{1} << 30) / (56 * 56) + 1;  // 342,393 images: just over 2^30 pooled pixels
+  expect_invalid(validate(d), "fewer than 2^30");
+  d.n -= 1;
+  EXPECT_TRUE(validate(d).is_ok()) << validate(d).to_string();
 }
 
 }  // namespace

@@ -209,6 +209,11 @@ Status validate(const FusedStemDesc& d) {
   // 32-bit element offsets inside one image; the batch index is 64-bit.
   if (d.c * d.h * d.w >= (int64_t{1} << 31) || d.out_h * d.out_w * kStemOutChannels >= (int64_t{1} << 31))
     return Status::invalid_argument(fmt::format("{}: an image of 2^31 elements or more.", kWhere));
+  // Tiles (at most one per pooled pixel) are numbered in 32 bits, with room for the grid stride.
+  if (d.n * d.out_h * d.out_w >= (int64_t{1} << 30))
+    return Status::invalid_argument(
+        fmt::format("{}: {} pooled pixels over the batch; the fused stem takes fewer than 2^30.", kWhere,
+                    d.n * d.out_h * d.out_w));
   return Status::ok();
 }
 

@@ -87,7 +87,8 @@ struct StemParams {
   bool bias_f32;
   __half* y;
   int c, h, w, pad_top, pad_left, conv_h, conv_w, out_h, out_w;
-  int tiles_x, tiles_per_image, tiles;  // tiles < 2^31 (launch_fused_stem checks)
+  int tiles_x, tiles_per_image, tiles;  // tiles < 2^30 (validate(FusedStemDesc) checks), so that
+                                        // tile + gridDim.x stays below 2^31
   bool vec16;  // w % 4 == 0 and x 16-byte aligned: the patch rows arrive in 16-byte pieces
 };
 
@@ -426,9 +427,6 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
   p.out_h = static_cast<int>(d.out_h);
   p.out_w = static_cast<int>(d.out_w);
   const int64_t tiles_per_image = ((d.out_h + kTileH - 1) / kTileH) * ((d.out_w + kTileW - 1) / kTileW);
-  if (d.n * tiles_per_image >= (int64_t{1} << 31))
-    return Status::invalid_argument("launch_fused_stem: " + std::to_string(d.n * tiles_per_image) +
-                                    " tiles; the kernel numbers them in 32 bits. Run the batch in parts.");
   p.tiles_x = static_cast<int>((d.out_w + kTileW - 1) / kTileW);
   p.tiles_per_image = static_cast<int>(tiles_per_image);
   p.tiles = static_cast<int>(d.n * tiles_per_image);
