@@ -66,8 +66,8 @@ constexpr int kWStride = 200;   // halves per weight row
 constexpr int kCStride = 72;    // halves per convolution pixel
 constexpr int kStemThreads = 256, kWarps = kStemThreads / 32;
 
-constexpr int kRawCols = kImageCols + 4;               // floats per image row of `raw`
-constexpr int kRawFloats = 3 * kImageRows * kRawCols;  // the float32 image patch, c <= 3
+constexpr int kRawCols = kImageCols + 4;  // floats per image row of `raw`
+constexpr int kRawFloats = static_cast<int>(kStemMaxChannels) * kImageRows * kRawCols;  // the float32 patch
 constexpr int kPatchHalves = kPatchH * kPatchW * kPixStride;
 constexpr int kWeightHalves = kOut * kWStride;
 constexpr int kConvHalves = kRows * kCStride;
@@ -175,48 +175,53 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
   }
   __syncthreads();
 
+  // A tile's image, and its row and column among that image's tiles (numbered image-major, then
+  // row-major).
+  struct TileAt {
+    int img, ty, tx;
+  };
+  auto tile_at = [&](int tile) {
+    const int img = tile / p.tiles_per_image, in_img = tile - img * p.tiles_per_image;
+    const int ty = in_img / p.tiles_x;
+    return TileAt{img, ty, in_img - ty * p.tiles_x};
+  };
+  // Convolution pixel (2 oy - 1) starts the pool window of pooled row oy; space-to-depth row Y
+  // holds image rows 2 Y - pad_top and the next. So a tile's patch starts at image column:
+  auto patch_col0 = [&](int tx) { return 2 * (2 * kTileW * tx - 1) - p.pad_left; };
+  // Copies the patch's rows (every channel) into `raw` in pieces of Word (4 or 16 bytes) from
+  // image column first_col on; pieces outside the image are zero-filled.
+  auto copy_rows = [&]<typename Word>(int img, int row0, int first_col, int pieces_per_row) {
+    constexpr int kFloats = sizeof(Word) / sizeof(float);
+    const float* xi = p.x + static_cast<int64_t>(img) * p.c * p.h * p.w;
+#pragma unroll 1
+    for (int e = tid; e < p.c * kImageRows * pieces_per_row; e += kStemThreads) {
+      const int row = e / pieces_per_row, piece = e - row * pieces_per_row;  // row: ci * 40 + ry
+      const int ci = row / kImageRows, iy = row0 + row - ci * kImageRows, ix = first_col + kFloats * piece;
+      const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
+      const float* src = inside ? xi + (ci * p.h + iy) * p.w + ix : xi;
+      cute::SM80_CP_ASYNC_CACHEALWAYS_ZFILL<Word, Word>::copy(
+          *reinterpret_cast<const Word*>(src),
+          *reinterpret_cast<Word*>(raw + row * kRawCols + kFloats * piece), inside);
+    }
+  };
   // The float32 image patch of a tile into `raw` with asynchronous copies (zero-filled outside
   // the image), so that the next tile's loads run while this one computes. `raw` holds, per
   // channel and patch row, kRawCols image columns from column col0 rounded down to a multiple
   // of 4, so that rows of an image whose width is a multiple of 4 arrive in aligned 16-byte
   // pieces (p.vec16); otherwise it is filled 4 bytes at a time from col0 itself.
   auto fetch_raw = [&](int tile) {
-    const int img = tile / p.tiles_per_image, in_img = tile - img * p.tiles_per_image;
-    const int ty = in_img / p.tiles_x, tx = in_img - ty * p.tiles_x;
-    // Convolution pixel (2 oy - 1) starts the pool window of pooled row oy; space-to-depth row Y
-    // holds image rows 2 Y - pad_top and the next.
-    const int row0 = 2 * (2 * kTileH * ty - 1) - p.pad_top, col0 = 2 * (2 * kTileW * tx - 1) - p.pad_left;
-    const float* xi = p.x + static_cast<int64_t>(img) * p.c * p.h * p.w;
-    if (p.vec16) {
-      const int cbase = col0 & ~3;
-#pragma unroll 1
-      for (int e = tid; e < p.c * kImageRows * (kRawCols / 4); e += kStemThreads) {
-        const int row = e / (kRawCols / 4), piece = e - row * (kRawCols / 4);  // row: ci * 40 + ry
-        const int ci = row / kImageRows, iy = row0 + row - ci * kImageRows, ix = cbase + 4 * piece;
-        const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
-        const float* src = inside ? xi + (ci * p.h + iy) * p.w + ix : xi;
-        cute::SM80_CP_ASYNC_CACHEALWAYS_ZFILL<cute::uint128_t, cute::uint128_t>::copy(
-            *reinterpret_cast<const cute::uint128_t*>(src),
-            *reinterpret_cast<cute::uint128_t*>(raw + row * kRawCols + 4 * piece), inside);
-      }
-    } else {
-#pragma unroll 1
-      for (int e = tid; e < p.c * kImageRows * kImageCols; e += kStemThreads) {
-        const int row = e / kImageCols, col = e - row * kImageCols;
-        const int ci = row / kImageRows, iy = row0 + row - ci * kImageRows, ix = col0 + col;
-        const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
-        const float* src = inside ? xi + (ci * p.h + iy) * p.w + ix : xi;
-        cute::SM80_CP_ASYNC_CACHEALWAYS_ZFILL<uint32_t, uint32_t>::copy(
-            *reinterpret_cast<const uint32_t*>(src), *reinterpret_cast<uint32_t*>(raw + row * kRawCols + col),
-            inside);
-      }
-    }
+    const TileAt t = tile_at(tile);
+    const int row0 = 2 * (2 * kTileH * t.ty - 1) - p.pad_top, col0 = patch_col0(t.tx);
+    if (p.vec16)
+      copy_rows.template operator()<cute::uint128_t>(t.img, row0, col0 & ~3, kRawCols / 4);
+    else
+      copy_rows.template operator()<uint32_t>(t.img, row0, col0, kImageCols);
     cute::cp_async_fence();
   };
   // `raw`, rounded to float16, into the patch in space-to-depth order: one thread per
   // space-to-depth pixel writes its 4c channels ((dy * 2 + dx) * c + ci) in two stores.
   auto convert_raw = [&](int tx) {
-    const int col0 = 2 * (2 * kTileW * tx - 1) - p.pad_left;
+    const int col0 = patch_col0(tx);
     const int off = p.vec16 ? col0 - (col0 & ~3) : 0;  // the patch's first column within `raw`
 #pragma unroll 1
     for (int e = tid; e < kPatchH * kPatchW; e += kStemThreads) {
@@ -250,8 +255,7 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
 
   if (blockIdx.x < p.tiles) fetch_raw(blockIdx.x);
   for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-    const int img = tile / p.tiles_per_image, in_img = tile - img * p.tiles_per_image;
-    const int ty = in_img / p.tiles_x, tx = in_img - ty * p.tiles_x;
+    const auto [img, ty, tx] = tile_at(tile);
     cute::cp_async_wait<0>();
     __syncthreads();  // this tile's image patch has landed; the last tile's pool is done
     convert_raw(tx);
@@ -426,10 +430,11 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
   p.conv_w = static_cast<int>(d.conv_w);
   p.out_h = static_cast<int>(d.out_h);
   p.out_w = static_cast<int>(d.out_w);
-  const int64_t tiles_per_image = ((d.out_h + kTileH - 1) / kTileH) * ((d.out_w + kTileW - 1) / kTileW);
-  p.tiles_x = static_cast<int>((d.out_w + kTileW - 1) / kTileW);
+  const int64_t tiles_x = (d.out_w + kTileW - 1) / kTileW,
+                tiles_per_image = (d.out_h + kTileH - 1) / kTileH * tiles_x;
+  p.tiles_x = static_cast<int>(tiles_x);
   p.tiles_per_image = static_cast<int>(tiles_per_image);
-  p.tiles = static_cast<int>(d.n * tiles_per_image);
+  p.tiles = static_cast<int>(d.n * tiles_per_image);  // < 2^30: validate bounds the pooled pixels
   p.vec16 = d.w % 4 == 0 && is_aligned(x, 16);
   const int grid = std::min(p.tiles, blocks);
   fused_stem_kernel<<<grid, kStemThreads, kSmemBytes, stream>>>(p);
