@@ -4,6 +4,7 @@
 # on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
 # Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
 #   OUT=dir STAGES="tests accuracy bench compare compile" bash bench/gpuhost_benchmarks.sh [budget_s]
+# COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # The data set is read from $GPULAB_DATASET_DIR (default .gpuhost/data/imagenet-sample-256).
 set -uo pipefail
@@ -106,12 +107,16 @@ if has compile; then
   tail -12 "$out/compare_compile_resnet18.txt"
 fi
 if has compare; then
-  first=1
-  for m in "$r18" "$mnv2"; do
+  # COMPARE_MODELS picks the models ("r18 mnv2" by default); each gets an equal share of what is
+  # left, so that the last one gets a turn.
+  models=()
+  for name in ${COMPARE_MODELS:-r18 mnv2}; do
+    [ "$name" = r18 ] && models+=("$r18") || models+=("$mnv2")
+  done
+  for i in "${!models[@]}"; do
+    m=${models[$i]}
     [ "$(left)" -lt 40 ] && break
-    # The first model gets half of what is left, so that the second gets a turn.
-    [ $first = 1 ] && t=$(($(left) / 2)) || t=$(($(left) - 20))
-    first=0
+    t=$((($(left) - 20) / (${#models[@]} - i)))
     timeout $t python3 bench/compare_pytorch.py "$m" --gpulab "$gpulab" --gpulab-timing-cache /tmp/gpulab-timing-cache.json \
       ${COMPARE_ARGS:---modes eager,graph,gpulab --batch 1,256 --precision fp32,tf32,fp16,bf16} --json "$out/compare_$(basename "$m" .onnx).json" \
       > "$out/compare_$(basename "$m" .onnx).txt" 2>&1
