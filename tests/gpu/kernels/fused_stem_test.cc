@@ -4,7 +4,8 @@
 // space-to-depth layout lower_graph writes; the test builds that layout independently from the
 // ONNX [k, c, r, s] weights. Shapes: ResNet's 224x224 stem, odd sizes that leave partial tiles,
 // one- and two-channel images, rows that take the 16-byte loads and rows that do not, asymmetric
-// pads, no bias, ceil-mode pooling.
+// pads, no bias, ceil-mode pooling. Every case runs the mma.sync variant and, on sm_90, the wgmma
+// one.
 #include "backends/cuda/kernels/kernel_desc.h"
 #include "backends/cuda/kernels/kernels.h"
 
@@ -33,6 +34,15 @@ struct Case {
   bool bias = true;
 };
 
+bool is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0;
+}
+
+// Runs both kernel variants (the wgmma one where the GPU is sm_90) against the reference.
 void check_stem(const Case& t) {
   const int64_t k = kStemOutChannels, taps = t.kernel * t.kernel;
   const int64_t conv_h = pool_output_size(t.h, t.kernel, 2, 1, t.pads.top, t.pads.bottom, false);
@@ -94,12 +104,21 @@ void check_stem(const Case& t) {
   ASSERT_EQ(ref.shape(), (Shape{t.n, k, d.out_h, d.out_w}));
 
   DeviceBuffer dx(encode(x, DataType::kFloat32)), dw(encode(w_s2d, f16)), db(encode(b, f16));
-  DeviceBuffer dy(static_cast<size_t>(t.n * d.out_h * d.out_w * k * 2));
-  const Status s = launch_fused_stem(d, dx.get(), dw.get(), t.bias ? db.get() : nullptr, dy.get(), nullptr);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  expect_synced();
-  expect_close(decode(dy.download(), f16), to_nhwc(ref), f16);
-  EXPECT_TRUE(dy.tail_untouched()) << "wrote past the end of y";
+  for (const StemKernel kernel : {StemKernel::kMmaSync, StemKernel::kWgmma}) {
+    SCOPED_TRACE(kernel == StemKernel::kWgmma ? "wgmma variant" : "mma.sync variant");
+    DeviceBuffer dy(static_cast<size_t>(t.n * d.out_h * d.out_w * k * 2));
+    const Status s =
+        launch_fused_stem(d, dx.get(), dw.get(), t.bias ? db.get() : nullptr, dy.get(), nullptr, kernel);
+    // The wgmma variant exists for sm_90 alone; there it must run.
+    if (kernel == StemKernel::kWgmma && !is_sm90()) {
+      EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.to_string();
+      continue;
+    }
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    expect_synced();
+    expect_close(decode(dy.download(), f16), to_nhwc(ref), f16);
+    EXPECT_TRUE(dy.tail_untouched()) << "wrote past the end of y";
+  }
 }
 
 TEST(FusedStemGpu, ResNetStem) {

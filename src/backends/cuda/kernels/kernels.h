@@ -57,12 +57,18 @@ Status launch_softmax(const SoftmaxDesc& desc, const void* x, void* y, cudaStrea
 // One thread block per row.
 Status launch_topk(const TopKDesc& desc, const void* x, void* indices, void* values, cudaStream_t stream);
 
+// Which variant of the fused stem runs: kAuto takes wgmma where the GPU has it (sm_90) and
+// mma.sync elsewhere, or mma.sync when the environment sets GPULAB_FUSED_STEM=mma; the others
+// force one (tests, measurements).
+enum class StemKernel { kAuto, kMmaSync, kWgmma };
+
 // x: float32 NCHW [n, c, h, w]; weight: float16 [64, 4, 4, 16] (KRSC over space-to-depth pixels);
 // bias: [64] float16 (float32 with desc.bias_float32) or null; y: float16 NHWC [n, out_h, out_w, 64].
-// weight and y 16-byte aligned. Needs an sm_80 or newer GPU (Status::unsupported otherwise). The
-// first call on a device sets the kernel's shared-memory limit and queries its occupancy.
+// weight and y 16-byte aligned. Needs an sm_80 or newer GPU, and sm_90 for kWgmma
+// (Status::unsupported otherwise). The first call per device and variant sets the kernel's
+// shared-memory limit and queries its occupancy.
 Status launch_fused_stem(const FusedStemDesc& desc, const void* x, const void* weight, const void* bias,
-                         void* y, cudaStream_t stream);
+                         void* y, cudaStream_t stream, StemKernel kernel = StemKernel::kAuto);
 
 // x: [rows, in_features] and w: [out_features, in_features] of desc.dtype; bias: float32
 // [out_features] or nullptr; y: [rows, out_features] of desc.out_dtype.
