@@ -377,6 +377,9 @@ nlohmann::json to_json(const BenchResult& r) {
         {"gpulab_version", empty_to_null(e.gpulab_version)},
         {"command_line", empty_to_null(e.command_line)}}},
       {"ceilings", ceilings},
+      {"plan", r.plan_source.empty()
+                   ? nlohmann::json(nullptr)
+                   : nlohmann::json{{"source", r.plan_source}, {"seconds", opt(r.plan_seconds)}}},
       {"profile", profile},
   };
 }
@@ -476,6 +479,12 @@ std::string format_summary(const BenchResult& r) {
                        state_pair(e.start, e.end, &GpuState::memory_clock_mhz, "MHz"),
                        state_pair(e.start, e.end, &GpuState::power_limit_w, "W"),
                        state_pair(e.start, e.end, &GpuState::power_w, "W"));
+  }
+  if (!r.plan_source.empty() && r.plan_seconds) {
+    out += r.plan_source == "build"
+               ? fmt::format("Plan: built from the model in {:.2f} s (tactic timing included)\n",
+                             *r.plan_seconds)
+               : fmt::format("Plan: loaded in {:.3f} s\n", *r.plan_seconds);
   }
   out += fmt::format("Measured {} iterations in {:.3f} s after {:.0f} ms of warm-up\n\n", r.iterations,
                      r.wall_s, o.warmup_ms);

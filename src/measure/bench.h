@@ -167,6 +167,10 @@ struct BenchResult {
   BenchEnvironment environment;
   std::vector<LayerProfileRow> profile;  // with --profile
   std::optional<Ceilings> ceilings;
+  // How the engine came to be before the measurement: "build" (from the ONNX model, tactic timing
+  // included) or "load" (a plan file), and the host seconds it took. Empty when not recorded.
+  std::string plan_source;
+  std::optional<double> plan_seconds;
 };
 
 // Runs the measurement:

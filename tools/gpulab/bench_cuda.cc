@@ -12,6 +12,7 @@
 #include "bench_cuda.h"
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -244,6 +245,7 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
   GPULAB_TRY(check_device(options.device));
 
   std::shared_ptr<Engine> engine;
+  const auto plan_start = std::chrono::steady_clock::now();
   if (!request.plan_path.empty()) {
     GPULAB_ASSIGN_OR_RETURN(engine, Engine::load(request.plan_path, options.device));
   } else {
@@ -257,6 +259,8 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
     build.device = options.device;
     GPULAB_ASSIGN_OR_RETURN(engine, Engine::build_from_onnx(request.model_path, build));
   }
+  const double plan_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
   const EngineInfo& info = engine->info();
   if (options.batch > info.max_batch) {
     return Status::invalid_argument(
@@ -322,6 +326,8 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
   std::optional<measure::GpuState> start_state, end_state;
   if (request.read_gpu_state) start_state = request.read_gpu_state(options.device);
   GPULAB_ASSIGN_OR_RETURN(measure::BenchResult result, measure::run_bench_loop(options, hooks));
+  result.plan_source = request.plan_path.empty() ? "build" : "load";
+  result.plan_seconds = plan_seconds;
   if (request.read_gpu_state) end_state = request.read_gpu_state(options.device);
 
   result.precision = std::string(precision_name(info.precision));

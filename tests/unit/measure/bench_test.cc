@@ -354,9 +354,23 @@ TEST(Json, SchemaHasEveryDocumentedField) {
   EXPECT_TRUE(env.at("start").at("memory_clock_mhz").is_null());
   EXPECT_TRUE(env.at("end").is_null());
   EXPECT_TRUE(j.at("ceilings").is_null());
+  EXPECT_TRUE(j.at("plan").is_null());
   EXPECT_TRUE(j.at("profile").is_array());
   // The document round-trips through text.
   EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
+}
+
+TEST(Json, PlanTimeWhenRecorded) {
+  BenchResult r = sample_result();
+  r.plan_source = "build";
+  r.plan_seconds = 14.25;
+  const nlohmann::json j = to_json(r);
+  EXPECT_EQ(j.at("plan").at("source"), "build");
+  EXPECT_DOUBLE_EQ(j.at("plan").at("seconds").get<double>(), 14.25);
+  EXPECT_NE(format_summary(r).find("Plan: built from the model in 14.25 s"), std::string::npos);
+  r.plan_source = "load";
+  r.plan_seconds = 0.2104;
+  EXPECT_NE(format_summary(r).find("Plan: loaded in 0.210 s"), std::string::npos);
 }
 
 TEST(Json, TransfersOffGivesNullCopies) {
