@@ -6,7 +6,9 @@ For each batch size and precision this script times, on the same GPU:
   graph     the same module captured in a CUDA graph and replayed,
   compile   torch.compile(mode="max-autotune"), with Inductor's freezing when it exists,
   gpulab    `gpulab bench --model M --batch B --precision P --no-include-transfers --cuda-graph`,
-and prints one table with ms, img/s and the ratios gpulab/torch.compile and gpulab/eager.
+and prints one table with ms, img/s and the ratios gpulab/torch.compile and gpulab/eager, then
+what each side spent before its timing: torch.compile's first call (compiling and autotuning)
+and gpulab's plan build (tactic timing included), in host seconds (also `setup_s` in --json).
 
 Method (the same for every column, and the one `gpulab bench` uses for "GPU compute time"):
 inputs already on the device; warm-up iterations first; then every iteration is bracketed by two
@@ -360,6 +362,7 @@ class Cell:
     ips: Optional[float] = None
     error: Optional[str] = None  # why the cell is n/a
     rel_error: Optional[float] = None  # against the reference (eager) or eager (graph, compile)
+    setup_s: Optional[float] = None  # host seconds before timing: torch.compile's first call, gpulab's plan
 
 
 @dataclass
@@ -447,10 +450,14 @@ def run_compile(module, x, eager_out, args, timer, batch) -> Cell:
             pass
         torch._dynamo.reset()
         compiled = torch.compile(module, mode=args.compile_mode, dynamic=False)
+        start = time.perf_counter()
         out = compiled(x)  # compiles (minutes with max-autotune)
+        if x.is_cuda:
+            torch.cuda.synchronize()
+        setup_s = time.perf_counter() - start
         err = rel_error(out, eager_out) if eager_out is not None else None
         ms = timer(lambda: compiled(x), args.warmup, args.iters)
-        return Cell(ms, batch / ms * 1e3, rel_error=err)
+        return Cell(ms, batch / ms * 1e3, rel_error=err, setup_s=setup_s)
     except Exception as e:  # noqa: BLE001
         return Cell(error=first_line(e))
 
@@ -482,7 +489,8 @@ def run_gpulab(args, batch: int, precision: str, row: Row):
         with open(out_json, encoding="utf-8") as f:
             result = json.load(f)
         ms = result["metrics"]["gpu_compute_ms"]["median"]
-        row.cells["gpulab"] = Cell(ms, batch / ms * 1e3)
+        plan = result.get("plan") or {}  # gpulab builds before 2026-12-03 do not report it
+        row.cells["gpulab"] = Cell(ms, batch / ms * 1e3, setup_s=plan.get("seconds"))
         row.gpulab_throughput_ips = result.get("throughput_ips")
 
 
@@ -531,6 +539,18 @@ def print_table(rows: List[Row], args):
     print("rel.err: eager PyTorch vs the FP32 CPU reference, ||out-ref||/||ref||; '!' = above "
           f"{TOLERANCE} for that precision.")
     print("gpulab's outputs are checked against its reference backend by its own GPU tests.")
+    setups = []
+    for r in rows:
+        compile_cell, gpulab_cell = r.cells.get("compile"), r.cells.get("gpulab")
+        parts = [f"{name} {c.setup_s:.1f} s" for name, c in (("torch.compile", compile_cell), ("gpulab", gpulab_cell))
+                 if c is not None and c.setup_s is not None]
+        if parts:
+            setups.append(f"  {r.batch}/{r.precision}: " + ", ".join(parts))
+    if setups:
+        print("setup before timing (torch.compile: first call, compiling and autotuning; gpulab: plan build "
+              "with tactic timing, or plan load):")
+        for line in setups:
+            print(line)
     if notes:
         print("n/a cells (batch/precision):")
     for reason, cells in notes.items():
