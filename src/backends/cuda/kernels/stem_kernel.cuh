@@ -317,6 +317,7 @@ __device__ __forceinline__ void fused_stem_body(const StemParams& p) {
 #pragma unroll
           for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(a[i][r]);
       }
+      // Likewise the epilogue's reads of the accumulators stay after the last wait.
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
