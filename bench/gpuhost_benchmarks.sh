@@ -14,6 +14,13 @@ start=$(date +%s)
 left() { echo $((budget - ($(date +%s) - start))); }
 has() { [[ "$stages" == *" $1 "* ]]; }
 out=${OUT:-gpuhost-logs}
+# Model names in the lists below: checked before anything is built.
+for cfg in ${BENCH_CONFIGS:-} ${PROFILE_CONFIGS:-} ${COMPARE_MODELS:-}; do
+  case ${cfg%%:*} in
+    r18 | mnv2) ;;
+    *) echo "gpuhost_benchmarks: unknown model '${cfg%%:*}' in '$cfg' (r18 or mnv2)" >&2; exit 2 ;;
+  esac
+done
 build=${BUILD_DIR:-build/gpuhost}
 mkdir -p "$out"
 export GPULAB_DATASET_DIR=${GPULAB_DATASET_DIR:-$PWD/.gpuhost/data/imagenet-sample-256}
@@ -56,6 +63,14 @@ tail -1 "$out/fixtures.log"
 gpulab=$build/gpulab
 r18=$build/fixtures/resnet18.onnx
 mnv2=models/mobilenet_v2_1.0_224.onnx
+# The ONNX file of a short model name (BENCH_CONFIGS, PROFILE_CONFIGS, COMPARE_MODELS).
+model_path() {
+  case $1 in
+    r18) echo "$r18" ;;
+    mnv2) echo "$mnv2" ;;
+    *) echo "gpuhost_benchmarks: unknown model '$1' (r18 or mnv2)" >&2; return 1 ;;
+  esac
+}
 
 if has tests; then
   timeout $(($(left) * 2 / 5)) ctest --test-dir "$build" -L gpu -E "AccuracyGpu${TESTS_EXCLUDE:+|$TESTS_EXCLUDE}" ${TESTS_REGEX:+-R "$TESTS_REGEX"} --output-on-failure --timeout 200 \
@@ -88,7 +103,7 @@ if has bench; then
     shift
     for cfg in $list; do
       IFS=: read -r m p b f <<< "$cfg"
-      [ "$m" = r18 ] && m=$r18 || m=$mnv2
+      m=$(model_path "$m") || continue
       extra="" suffix=""
       [ "$f" = nos2d ] && extra="--no-stem-space-to-depth" suffix=_nos2d
       [ "$f" = nofuse ] && extra="--no-fuse-stem" suffix=_nofuse
@@ -111,7 +126,7 @@ if has compare; then
   # left, so that the last one gets a turn.
   models=()
   for name in ${COMPARE_MODELS:-r18 mnv2}; do
-    [ "$name" = r18 ] && models+=("$r18") || models+=("$mnv2")
+    path=$(model_path "$name") && models+=("$path")
   done
   for i in "${!models[@]}"; do
     m=${models[$i]}
