@@ -3,6 +3,7 @@
 #include "backends/cuda/cutlass_conv.h"
 #include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/kernels/kernels.h"
+#include "backends/cuda/wgmma_conv.h"
 #include "runtime/step_problems.h"
 
 namespace gpulab {
@@ -11,6 +12,7 @@ ConvKernel conv_kernel_of_tactic(std::string_view tactic) {
   if (tactic == kDirectTactic) return ConvKernel::kDirect;
   if (tactic == kDepthwiseTactic) return ConvKernel::kDepthwise;
   if (tactic.starts_with(kCutlassTacticPrefix)) return ConvKernel::kCutlass;
+  if (tactic.starts_with(cuda::kWgmmaConvTacticPrefix)) return ConvKernel::kWgmma3x3;
   return ConvKernel::kCudnn;
 }
 
@@ -32,6 +34,9 @@ Status launch_conv_step(const cuda::ConvProblem& p, ConvKernel kernel, std::stri
                                          stream);
     case ConvKernel::kCutlass:
       return cuda::launch_cutlass_conv(tactic, direct_conv_desc(p), ptrs.x, ptrs.w, bias, ptrs.y, stream);
+    case ConvKernel::kWgmma3x3:
+      return cuda::launch_wgmma_conv(tactic, direct_conv_desc(p), ptrs.x, ptrs.w, bias, ptrs.residual, ptrs.y,
+                                     stream);
     case ConvKernel::kCudnn: break;
   }
   if (!conv) return Status::internal("launch_conv_step: a cuDNN step without a cuDNN plan.");

@@ -13,6 +13,7 @@
 #include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernels/kernel_desc.h"
+#include "backends/cuda/wgmma_conv.h"
 #include "core/log.h"
 #include "runtime/conv_step.h"
 #include "runtime/step_problems.h"
@@ -137,6 +138,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     const cuda::DirectConvDesc own_desc = direct_conv_desc(problem);
     const bool depthwise_ok = cuda::depthwise_conv_supports(own_desc);
     const bool cutlass_ok = cuda::cutlass_conv_supports(own_desc);
+    const bool wgmma_ok = cuda::wgmma_conv_supports(own_desc);
     const bool direct_ok = kernels::is_kernel_float_type(problem.dtype);
     if (!options.time_tactics && depthwise_ok) {
       step.tactic = std::string(kDepthwiseTactic);
@@ -158,7 +160,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         log_info("tactics: {} ({}): {}", step.name, fused ? "fused" : "unfused", conv.status().message());
       }
     }
-    if (forms.empty() && !depthwise_ok && !cutlass_ok) {
+    if (forms.empty() && !depthwise_ok && !cutlass_ok && !wgmma_ok) {
       log_info("tactics: {}: no cuDNN engine; using the direct convolution", step.name);
       step.tactic = std::string(kDirectTactic);
       ++report.fallback_layers;
@@ -276,6 +278,9 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     if (cutlass_ok)
       for (std::string_view tactic : cuda::cutlass_conv_tactics())
         GPULAB_TRY(time_own(ConvKernel::kCutlass, tactic, kNoLimit));
+    if (wgmma_ok)
+      for (std::string_view tactic : cuda::wgmma_conv_tactics())
+        GPULAB_TRY(time_own(ConvKernel::kWgmma3x3, tactic, kNoLimit));
     if (direct_ok && !best.empty())
       GPULAB_TRY(time_own(ConvKernel::kDirect, kDirectTactic, kDirectGiveUpFactor * best_ms));
     if (best.empty()) {

@@ -20,6 +20,7 @@ using testing::DeviceBuffer;
 using testing::encode;
 using testing::expect_close;
 using testing::expect_synced;
+using testing::is_sm90;
 using testing::random_values;
 using testing::round_to;
 using testing::run_reference;
@@ -33,14 +34,6 @@ struct Case {
   bool ceil_mode = false;
   bool bias = true;
 };
-
-bool is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  return major == 9 && minor == 0;
-}
 
 // Runs both kernel variants (the wgmma one where the GPU is sm_90) against the reference.
 void check_stem(const Case& t) {

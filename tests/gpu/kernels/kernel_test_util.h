@@ -30,6 +30,16 @@ inline std::string gpu_unavailable_reason() {
   return {};
 }
 
+// Whether the current device is compute capability 9.0, the only one that runs gpulab's sm_90a
+// (wgmma) kernels.
+inline bool is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0;
+}
+
 #define GPULAB_SKIP_WITHOUT_GPU()                                                                  \
   do {                                                                                             \
     if (const std::string reason = ::gpulab::testing::gpu_unavailable_reason(); !reason.empty()) { \
