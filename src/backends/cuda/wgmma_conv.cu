@@ -109,38 +109,46 @@ struct BlockAt {
   int img, oy0, ox0;
 };
 
-// Block `blk`'s image and top-left output pixel.
-__device__ __forceinline__ BlockAt block_at(const Params& p, int blk) {
-  const int img = blk / p.blocks_per_image, in_img = blk - img * p.blocks_per_image;
+// Tile `tile`'s image and top-left output pixel, for tiles of `rows` x 8 output pixels
+// (p.blocks_x per row of tiles, p.blocks_per_image per image).
+__device__ __forceinline__ BlockAt block_at(const Params& p, int tile, int rows) {
+  const int img = tile / p.blocks_per_image, in_img = tile - img * p.blocks_per_image;
   const int by = in_img / p.blocks_x;
-  return BlockAt{img, by * kBlock, (in_img - by * p.blocks_x) * kBlock};
+  return BlockAt{img, by * rows, (in_img - by * p.blocks_x) * kBlock};
 }
 
-// A unit's patches into `dst` ([block][chunk][10][10][16 bytes]), by the warpgroup's 128 threads
-// (wtid: the thread's index among them). A missing second block leaves its patch as it was: its
-// MMAs then compute on stale data, and the epilogue stores nothing.
+// The input patch of the output tile at `at` (kPixels / 10 rows of 10 pixels, all 64 channels,
+// zero outside the image) into `dst` as 8 chunk planes `plane_bytes` apart, by the warpgroup's
+// 128 threads (wtid: the thread's index among them). The caller commits the copies.
+template <int kPixels>
+__device__ __forceinline__ void copy_patch(const Params& p, unsigned char* dst, int plane_bytes, BlockAt at,
+                                           int wtid) {
+  static_assert(kPixels % 4 == 0, "whole groups of 4 pixels");
+  const __half* xi = p.x + static_cast<int64_t>(at.img) * p.h * p.w * kC;
+#pragma unroll 1
+  for (int e = wtid; e < kPixels * kChunks; e += 128) {
+    // 8 consecutive threads: chunks 2 q and 2 q + 1 of 4 consecutive pixels (32-byte global
+    // reads; 8 distinct 16-byte bank groups in shared memory, the planes being 64 bytes past a
+    // multiple of 128 apart); a warp reads 4 whole pixels.
+    const int chunk = 2 * ((e >> 3) & 3) + (e & 1), pix = 4 * (e >> 5) + ((e >> 1) & 3);
+    const int py = pix / kPatch, px = pix - py * kPatch;
+    const int iy = at.oy0 - 1 + py, ix = at.ox0 - 1 + px;
+    const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
+    const __half* src = inside ? xi + (static_cast<int64_t>(iy) * p.w + ix) * kC + chunk * 8 : xi;
+    cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>::copy(
+        *reinterpret_cast<const cute::uint128_t*>(src),
+        *reinterpret_cast<cute::uint128_t*>(dst + chunk * plane_bytes + pix * 16), inside);
+  }
+}
+
+// A unit's patches into `dst` ([block][chunk][10][10][16 bytes]). A missing second block leaves
+// its patch as it was: its MMAs then compute on stale data, and the epilogue stores nothing.
 __device__ __forceinline__ void fetch_unit(const Params& p, unsigned char* dst, int unit, int wtid) {
 #pragma unroll
   for (int b = 0; b < kUnitBlocks; ++b) {
     const int blk = kUnitBlocks * unit + b;
     if (blk >= p.blocks) break;
-    const BlockAt at = block_at(p, blk);
-    unsigned char* dst0 = dst + b * kPatchBytes;
-    const __half* xi = p.x + static_cast<int64_t>(at.img) * p.h * p.w * kC;
-#pragma unroll 1
-    for (int e = wtid; e < kPatchPixels * kChunks; e += 128) {
-      // 8 consecutive threads: chunks 2 q and 2 q + 1 of 4 consecutive pixels (32-byte global
-      // reads; 8 distinct 16-byte bank groups in shared memory, the planes being 64 bytes past a
-      // multiple of 128 apart); a warp reads 4 whole pixels.
-      const int chunk = 2 * ((e >> 3) & 3) + (e & 1), pix = 4 * (e >> 5) + ((e >> 1) & 3);
-      const int py = pix / kPatch, px = pix - py * kPatch;
-      const int iy = at.oy0 - 1 + py, ix = at.ox0 - 1 + px;
-      const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
-      const __half* src = inside ? xi + (static_cast<int64_t>(iy) * p.w + ix) * kC + chunk * 8 : xi;
-      cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>::copy(
-          *reinterpret_cast<const cute::uint128_t*>(src),
-          *reinterpret_cast<cute::uint128_t*>(dst0 + chunk * kPlaneBytes + pix * 16), inside);
-    }
+    copy_patch<kPatchPixels>(p, dst + b * kPatchBytes, kPlaneBytes, block_at(p, blk, kBlock), wtid);
   }
   cute::cp_async_fence();
 }
@@ -230,7 +238,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1) wgmma_conv3x3_kernel(Par
 #pragma unroll
     for (int b = 0; b < kUnitBlocks; ++b) {
       const int blk = kUnitBlocks * unit + b;
-      const BlockAt o = block_at(p, min(blk, p.blocks - 1));
+      const BlockAt o = block_at(p, min(blk, p.blocks - 1), kBlock);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int oy = o.oy0 + 2 * wwarp + hh, ox = o.ox0 + g;
@@ -296,7 +304,7 @@ struct RsShape {
       cute::SM90::GMMA::MMA_64x112x16_F32F16F16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>,
       cute::SM90::GMMA::MMA_64x128x16_F32F16F16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>>;
   static_assert(R == 14 || R == 16, "an instantiated wgmma shape");
-  static_assert(kPixels % 4 == 0 && kN * kStagePitch <= kBytes, "whole fetch groups; staging fits");
+  static_assert(kN * kStagePitch <= kBytes, "the staged tile fits in the patch buffer");
 };
 
 template <class Mma, size_t... I>
@@ -332,24 +340,9 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params p) {
   const float bias0 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0);
   const float bias1 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0 + 8);
 
-  // Unit u: image, and R x 8 tile (p.blocks_x tiles per row, p.blocks_per_image per image).
-  auto origin = [&](int u) { return block_at(p, u); };  // BlockAt in tile units
+  // Units are R x 8 tiles of the output.
   auto fetch = [&](int u, unsigned char* dst) {
-    const BlockAt t = origin(u);
-    const int oy0 = t.oy0 / kBlock * R, ox0 = t.ox0;
-    const __half* xi = p.x + static_cast<int64_t>(t.img) * p.h * p.w * kC;
-#pragma unroll 1
-    for (int e = wtid; e < S::kPixels * kChunks; e += 128) {
-      // As fetch_unit: 8 consecutive threads take chunks 2 q, 2 q + 1 of 4 consecutive pixels.
-      const int chunk = 2 * ((e >> 3) & 3) + (e & 1), pix = 4 * (e >> 5) + ((e >> 1) & 3);
-      const int py = pix / kPatch, px = pix - py * kPatch;
-      const int iy = oy0 - 1 + py, ix = ox0 - 1 + px;
-      const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
-      const __half* src = inside ? xi + (static_cast<int64_t>(iy) * p.w + ix) * kC + chunk * 8 : xi;
-      cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>::copy(
-          *reinterpret_cast<const cute::uint128_t*>(src),
-          *reinterpret_cast<cute::uint128_t*>(dst + chunk * S::kPlane + pix * 16), inside);
-    }
+    copy_patch<S::kPixels>(p, dst, S::kPlane, block_at(p, u, R), wtid);
     cute::cp_async_fence();
   };
 
@@ -410,8 +403,8 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params p) {
 
     // Read out: 16 bytes (8 channels of a pixel) per item; the residual's loads first, all at once.
     constexpr int kItems = S::kN * kChunks / 128;
-    const BlockAt t = origin(unit);
-    const int oy0 = t.oy0 / kBlock * R, ox0 = t.ox0;
+    const BlockAt t = block_at(p, unit, R);
+    const int oy0 = t.oy0, ox0 = t.ox0;
     int64_t at[kItems];
     bool ok[kItems];
     uint4 res[kItems];
