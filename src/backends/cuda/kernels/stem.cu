@@ -154,7 +154,7 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
   p.vec16 = d.w % 4 == 0 && is_aligned(x, 16);
   const int grid = std::min(p.tiles, blocks);
   if (wgmma) {
-    GPULAB_CUDA_TRY(launch_wgmma(p, grid, stream));
+    launch_wgmma(p, grid, stream);
     return check_launch("launch_fused_stem", "fused_stem_wgmma_kernel");
   }
   fused_stem_kernel<<<grid, kStemThreads, kSmemBytes, stream>>>(p);

@@ -82,10 +82,11 @@ __device__ __forceinline__ void s2d_pixel(const float* r, __half* v) {
 }
 
 // How many persistent blocks of the wgmma variant fit on an SM of the current device (after
-// setting its shared-memory limit), and its launch. Both fail (cudaErrorNoKernelImageForDevice
-// or similar) on GPUs other than sm_90, for which stem_sm90.cu has no code.
+// setting its shared-memory limit); fails (cudaErrorNoKernelImageForDevice or similar) on GPUs
+// other than sm_90, for which stem_sm90.cu has no code. And its launch, whose error the caller
+// reads (check_launch).
 cudaError_t wgmma_blocks_per_sm(int* blocks);
-cudaError_t launch_wgmma(const StemParams& p, int grid, cudaStream_t stream);
+void launch_wgmma(const StemParams& p, int grid, cudaStream_t stream);
 
 // kWgmma: the GEMM runs on wgmma (sm_90a only), else on mma.sync (sm_80 and newer).
 template <bool kWgmma>

@@ -25,9 +25,8 @@ cudaError_t wgmma_blocks_per_sm(int* blocks) {
                                                        kSmemBytes);
 }
 
-cudaError_t launch_wgmma(const StemParams& p, int grid, cudaStream_t stream) {
+void launch_wgmma(const StemParams& p, int grid, cudaStream_t stream) {
   fused_stem_wgmma_kernel<<<grid, kStemThreads, kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
 }
 
 }  // namespace gpulab::kernels::stem
