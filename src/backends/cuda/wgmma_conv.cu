@@ -1,6 +1,6 @@
 // The 64-channel 3x3 convolution on wgmma (wgmma_conv.h says what and why).
 //
-// Four variants, each a tactic (tactic timing keeps the fastest per layer):
+// Five variants, each a tactic (tactic timing keeps the fastest per layer):
 //   wg2, wg3  8x8-pixel output blocks (numbered image-major, then row-major), a unit of work being
 //             two consecutive blocks; one persistent thread block per SM (174 or 224 KiB of shared
 //             memory) with two or three warpgroups. Per unit and block: 36 m64n64k16 wgmmas (9
@@ -11,8 +11,11 @@
 //   rs14, rs16  the transposed problem (below, before wgmma_conv3x3_rs_kernel): units of 14 or 16
 //             output rows x 8 columns, one m64n112k16 or m64n128k16 wgmma per K step, the weights
 //             in registers.
-// Each warpgroup loops over units with two patch buffers, so that the next unit's patch arrives
-// (cp.async, zero fill outside the image) while the current one computes.
+//   ps14      the transposed problem with the weights in shared memory and two accumulator sets,
+//             pipelined (before wgmma_conv3x3_ps_kernel): a unit's epilogue runs while the next
+//             unit's MMAs do.
+// Each warpgroup loops over units with two (ps: three) patch buffers, so that the next unit's
+// patch arrives (cp.async, zero fill outside the image) while the current one computes.
 //
 // Shared memory:
 //   weights  per K step of 16: two K halves [64 output channels][16 bytes] (1 KB each; the
@@ -68,8 +71,8 @@ constexpr int kWgPatchBytes = 2 * kUnitBlocks * kPatchBytes;  // two buffers of 
 static_assert(kPlaneBytes % 128 == 64 && kHalfOffset % 128 == 64, "K halves in opposite halves of the banks");
 
 // The tactics (see the top of the file).
-constexpr std::string_view kTactics[] = {"wgmma-conv3x3:wg2", "wgmma-conv3x3:wg3", "wgmma-conv3x3:rs14",
-                                         "wgmma-conv3x3:rs16"};
+constexpr std::string_view kTactics[] = {"wgmma-conv3x3:wg2",  "wgmma-conv3x3:wg3",  "wgmma-conv3x3:rs14",
+                                         "wgmma-conv3x3:rs16", "wgmma-conv3x3:ps14", "wgmma-conv3x3:rs14r5"};
 template <int kWarpgroups>
 constexpr size_t smem_bytes() {
   return kWeightBytes + static_cast<size_t>(kWarpgroups) * kWgPatchBytes;
@@ -153,6 +156,18 @@ __device__ __forceinline__ void fetch_unit(const Params& p, unsigned char* dst, 
   cute::cp_async_fence();
 }
 
+// The weights, once per thread block, by its `threads` threads: global [n][72 chunks] -> shared
+// [K step][K half][n] (kStepBytes per step, kHalfOffset between halves). The caller waits.
+__device__ __forceinline__ void copy_weights(const Params& p, unsigned char* wts, int tid, int threads) {
+  for (int i = tid; i < kC * 2 * kKSteps; i += threads) {
+    const int n = i / (2 * kKSteps), q = i - n * 2 * kKSteps;
+    cute::SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>::copy(
+        *reinterpret_cast<const cute::uint128_t*>(p.weight + n * 9 * kC + q * 8),
+        *reinterpret_cast<cute::uint128_t*>(wts + (q / 2) * kStepBytes + (q % 2) * kHalfOffset + n * 16));
+  }
+  cute::cp_async_fence();
+}
+
 template <int kWarpgroups>
 __global__ void __launch_bounds__(128 * kWarpgroups, 1) wgmma_conv3x3_kernel(Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -163,14 +178,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1) wgmma_conv3x3_kernel(Par
   const int wwarp = wtid / 32, g = lane >> 2, t4 = lane & 3;
   unsigned char* patches = smem + kWeightBytes + wg * kWgPatchBytes;
 
-  // The weights, once per block: global [n][72 chunks] -> shared [chunk][n].
-  for (int i = tid; i < kC * 2 * kKSteps; i += kThreads) {
-    const int n = i / (2 * kKSteps), q = i - n * 2 * kKSteps;
-    cute::SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>::copy(
-        *reinterpret_cast<const cute::uint128_t*>(p.weight + n * 9 * kC + q * 8),
-        *reinterpret_cast<cute::uint128_t*>(wts + (q / 2) * kStepBytes + (q % 2) * kHalfOffset + n * 16));
-  }
-  cute::cp_async_fence();
+  copy_weights(p, wts, tid, kThreads);
   // This thread's bias (channels 8 j + 2 t4 and the next).
   float bias[8][2];
 #pragma unroll
@@ -297,14 +305,20 @@ struct RsShape {
   static constexpr int kPixels = (R + 2) * kPatch;
   static constexpr int kPlane = plane_bytes(kPixels);
   static constexpr int kBytes = kChunks * kPlane;  // one patch
-  static constexpr int kStagePitch = 72 * 2;       // bytes per staged pixel (padded: conflict-free rows)
-  static constexpr size_t kSmem = 2 * 2 * static_cast<size_t>(kBytes);  // 2 warpgroups x 2 buffers
+  // The staged tile: 128 bytes per pixel, its 16-byte chunk c at position c ^ (pixel % 8), so
+  // that both stmatrix's 8 rows and a quarter warp's 8 chunks of one pixel hit 8 distinct bank
+  // groups.
+  static constexpr int kStageBytes = kN * 128;
   using Mma = std::conditional_t<
       R == 14,
       cute::SM90::GMMA::MMA_64x112x16_F32F16F16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>,
       cute::SM90::GMMA::MMA_64x128x16_F32F16F16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>>;
+  using MmaSS = std::conditional_t<
+      R == 14,
+      cute::SM90::GMMA::MMA_64x112x16_F32F16F16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>,
+      cute::SM90::GMMA::MMA_64x128x16_F32F16F16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>>;
   static_assert(R == 14 || R == 16, "an instantiated wgmma shape");
-  static_assert(kN * kStagePitch <= kBytes, "the staged tile fits in the patch buffer");
+  static_assert(kStageBytes <= kBytes, "the staged tile fits in a patch buffer");
 };
 
 template <class Mma, size_t... I>
@@ -313,7 +327,84 @@ __device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t desc, 
   Mma::fma(a[0], a[1], a[2], a[3], desc, d[I]...);
 }
 
+template <class Mma, size_t... I>
+__device__ __forceinline__ void wgmma_ss(uint64_t a_desc, uint64_t b_desc, float* d,
+                                         std::index_sequence<I...>) {
+  Mma::fma(a_desc, b_desc, d[I]...);
+}
+
+// The epilogue of the transposed variants, once `acc` holds unit `unit`'s result and `stage`
+// (kStageBytes of shared memory) is free for the whole warpgroup (the caller's barrier): bias,
+// rounding to float16, transposition through `stage`, residual, activation and the stores of the
+// unit's R x 8 output pixels. Leaves `stage` being read; the caller synchronizes the warpgroup
+// before writing it again.
 template <int R>
+__device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[4 * R], unsigned char* stage,
+                                           int unit, float bias0, float bias1, int wg, int wtid) {
+  using S = RsShape<R>;
+  const int lane = wtid & 31, c16 = 16 * (wtid / 32);  // this warp's 16 accumulator rows (channels)
+  // Accumulator (channel c16 + lane / 4 + 8 h, pixel 8 j + 2 (lane % 4) + e) = acc[4 j + 2 h + e].
+  // Per output row j and channel half h, an 8x8 matrix (channels x pixels) in mma fragment order;
+  // stored transposed, each of its rows is one pixel's 8 channels, 16 bytes (swizzled, see
+  // kStageBytes).
+#pragma unroll
+  for (int j = 0; j < R; j += 2) {
+    uint32_t r[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int jj = j + q / 2, h = q % 2;
+      const float bb = h ? bias1 : bias0;
+      const __half2 v = __floats2half2_rn(acc[4 * jj + 2 * h] + bb, acc[4 * jj + 2 * h + 1] + bb);
+      r[q] = *reinterpret_cast<const uint32_t*>(&v);
+    }
+    const int q = lane >> 3, i = lane & 7;  // this lane addresses row i of matrix q
+    cute::SM90_U16x8_STSM_T::copy(r[0], r[1], r[2], r[3],
+                                  *reinterpret_cast<cute::uint128_t*>(stage + (8 * (j + q / 2) + i) * 128 +
+                                                                      ((c16 / 8 + q % 2) ^ i) * 16));
+  }
+  bar_sync(1 + wg, 128);  // the staged tile is complete
+
+  // Read out: 16 bytes (8 channels of a pixel) per item; the residual's loads first, all at once.
+  constexpr int kItems = S::kN * kChunks / 128;
+  const BlockAt t = block_at(p, unit, R);
+  const int oy0 = t.oy0, ox0 = t.ox0;
+  int64_t at[kItems];
+  bool ok[kItems];
+  uint4 res[kItems];
+#pragma unroll
+  for (int it = 0; it < kItems; ++it) {
+    const int item = wtid + 128 * it, pix = item / kChunks, chunk = item % kChunks;
+    const int oy = oy0 + pix / 8, ox = ox0 + pix % 8;
+    ok[it] = oy < p.h && ox < p.w;
+    at[it] = ((static_cast<int64_t>(t.img) * p.h + oy) * p.w + ox) * kC + chunk * 8;
+    res[it] = ok[it] && p.residual != nullptr ? *reinterpret_cast<const uint4*>(p.residual + at[it])
+                                              : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int it = 0; it < kItems; ++it) {
+    if (!ok[it]) continue;
+    const int item = wtid + 128 * it, pix = item / kChunks, chunk = item % kChunks;
+    const uint4 conv = *reinterpret_cast<const uint4*>(stage + pix * 128 + (chunk ^ (pix % 8)) * 16);
+    const __half2* cv = reinterpret_cast<const __half2*>(&conv);
+    const __half2* rv = reinterpret_cast<const __half2*>(&res[it]);
+    uint4 out;
+    __half2* ov = reinterpret_cast<__half2*>(&out);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 c = __half22float2(cv[e]), r = __half22float2(rv[e]);
+      ov[e] = __floats2half2_rn(kernels::apply_act(c.x + r.x, p.act), kernels::apply_act(c.y + r.y, p.act));
+    }
+    *reinterpret_cast<uint4*>(p.y + at[it]) = out;
+  }
+}
+
+// Shared memory of the rs variants: per warpgroup, a ring of kBufs patch buffers.
+template <int R, int kBufs>
+constexpr size_t rs_smem_bytes() {
+  return 2 * kBufs * static_cast<size_t>(RsShape<R>::kBytes);
+}
+
+template <int R, int kBufs>
 __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = RsShape<R>;
@@ -321,7 +412,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, lane = tid & 31;
   const int wwarp = wtid / 32, g = lane >> 2, t4 = lane & 3;
-  unsigned char* patches = smem + wg * 2 * S::kBytes;
+  unsigned char* patches = smem + wg * kBufs * S::kBytes;
 
   // The weights as A fragments: rows (output channels) 16 wwarp + g and + 8, K pairs t4 and t4 + 4
   // of each step of 16 (KRSC: K = tap * 64 + channel, contiguous per output channel).
@@ -340,23 +431,24 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params p) {
   const float bias0 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0);
   const float bias1 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0 + 8);
 
-  // Units are R x 8 tiles of the output.
-  auto fetch = [&](int u, unsigned char* dst) {
-    copy_patch<S::kPixels>(p, dst, S::kPlane, block_at(p, u, R), wtid);
+  // Units are R x 8 tiles of the output. Unit u's patch into buffer `buf`; always one commit
+  // group, empty past the last unit.
+  auto fetch = [&](int u, int buf) {
+    if (u < p.units) copy_patch<S::kPixels>(p, patches + buf * S::kBytes, S::kPlane, block_at(p, u, R), wtid);
     cute::cp_async_fence();
   };
 
-  const int stride = gridDim.x * kWarpgroups;
-  int unit = blockIdx.x * kWarpgroups + wg, buf = 0;
-  if (unit < p.units) fetch(unit, patches);
-  for (; unit < p.units; unit += stride, buf ^= 1) {
+  // The warpgroup's units are first + k stride; unit k's patch goes into buffer k % kBufs, kBufs - 1
+  // units ahead of the one computing.
+  const int stride = gridDim.x * kWarpgroups, first = blockIdx.x * kWarpgroups + wg;
+#pragma unroll
+  for (int b = 0; b < kBufs - 1; ++b) fetch(first + b * stride, b);
+  int buf = 0;
+  for (int unit = first; unit < p.units; unit += stride, buf = buf + 1 == kBufs ? 0 : buf + 1) {
     unsigned char* cur = patches + buf * S::kBytes;
-    if (unit + stride < p.units) {
-      fetch(unit + stride, patches + (buf ^ 1) * S::kBytes);
-      cute::cp_async_wait<1>();
-    } else {
-      cute::cp_async_wait<0>();
-    }
+    // Into the buffer of the unit before, read out before the barrier that ended its iteration.
+    fetch(unit + (kBufs - 1) * stride, buf == 0 ? kBufs - 1 : buf - 1);
+    cute::cp_async_wait<kBufs - 1>();  // this unit's group
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     bar_sync(1 + wg, 128);  // the whole warpgroup's copies of this unit have landed
 
@@ -380,61 +472,118 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params p) {
     for (int r = 0; r < kAcc; ++r) cute::warpgroup_fence_operand(acc[r]);
     bar_sync(1 + wg, 128);  // every warp's MMAs are done with `cur`: it becomes the staging area
 
-    // Accumulator (channel c0 + 8 h, pixel 8 j + 2 t4 + e) = acc[4 j + 2 h + e]. Per output row j
-    // and channel half h, an 8x8 matrix (channels x pixels) in mma fragment order; stored
-    // transposed, each of its rows is one pixel's 8 channels, 16 bytes at [pixel][72 halves].
-#pragma unroll
-    for (int j = 0; j < R; j += 2) {
-      uint32_t r[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int jj = j + q / 2, h = q % 2;
-        const float bb = h ? bias1 : bias0;
-        const __half2 v = __floats2half2_rn(acc[4 * jj + 2 * h] + bb, acc[4 * jj + 2 * h + 1] + bb);
-        r[q] = *reinterpret_cast<const uint32_t*>(&v);
-      }
-      const int q = lane >> 3, i = lane & 7;  // this lane addresses row i of matrix q
-      cute::SM90_U16x8_STSM_T::copy(
-          r[0], r[1], r[2], r[3],
-          *reinterpret_cast<cute::uint128_t*>(cur + (8 * (j + q / 2) + i) * S::kStagePitch +
-                                              (c0 - g + 8 * (q % 2)) * 2));
-    }
-    bar_sync(1 + wg, 128);  // the staged tile is complete
-
-    // Read out: 16 bytes (8 channels of a pixel) per item; the residual's loads first, all at once.
-    constexpr int kItems = S::kN * kChunks / 128;
-    const BlockAt t = block_at(p, unit, R);
-    const int oy0 = t.oy0, ox0 = t.ox0;
-    int64_t at[kItems];
-    bool ok[kItems];
-    uint4 res[kItems];
-#pragma unroll
-    for (int it = 0; it < kItems; ++it) {
-      const int item = wtid + 128 * it, pix = item / kChunks, chunk = item % kChunks;
-      const int oy = oy0 + pix / 8, ox = ox0 + pix % 8;
-      ok[it] = oy < p.h && ox < p.w;
-      at[it] = ((static_cast<int64_t>(t.img) * p.h + oy) * p.w + ox) * kC + chunk * 8;
-      res[it] = ok[it] && p.residual != nullptr ? *reinterpret_cast<const uint4*>(p.residual + at[it])
-                                                : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int it = 0; it < kItems; ++it) {
-      if (!ok[it]) continue;
-      const int item = wtid + 128 * it, pix = item / kChunks, chunk = item % kChunks;
-      const uint4 conv = *reinterpret_cast<const uint4*>(cur + pix * S::kStagePitch + chunk * 16);
-      const __half2* cv = reinterpret_cast<const __half2*>(&conv);
-      const __half2* rv = reinterpret_cast<const __half2*>(&res[it]);
-      uint4 out;
-      __half2* ov = reinterpret_cast<__half2*>(&out);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 c = __half22float2(cv[e]), r = __half22float2(rv[e]);
-        ov[e] = __floats2half2_rn(kernels::apply_act(c.x + r.x, p.act), kernels::apply_act(c.y + r.y, p.act));
-      }
-      *reinterpret_cast<uint4*>(p.y + at[it]) = out;
-    }
+    store_tile<R>(p, acc, cur, unit, bias0, bias1, wg, wtid);
     bar_sync(1 + wg, 128);  // `cur` is read out: the next iteration's fetch may refill it
   }
+#else
+  __trap();  // launch_wgmma_conv launches this on sm_90 alone
+#endif
+}
+
+// The pipelined variant ("ps"): the transposed problem of the rs variants, with the weights in
+// shared memory (wgmma's A operand from a descriptor, like B in the wg variants). That frees the
+// registers for two sets of accumulators, so that a warpgroup's epilogue no longer waits for its
+// own MMAs: step k issues unit k's MMAs, and while the tensor cores run them, the epilogue of unit
+// k - 1 runs through a staging area of its own. Three patch buffers per warpgroup: unit k's (read
+// by the MMAs), and units k + 1 and k + 2 arriving; unit k + 2 is fetched as soon as unit k - 1's
+// MMAs have released its buffer.
+constexpr int kPsBuffers = 3;
+template <int R>
+constexpr size_t ps_smem_bytes() {
+  return kWeightBytes + 2 * (kPsBuffers * static_cast<size_t>(RsShape<R>::kBytes) + RsShape<R>::kStageBytes);
+}
+static_assert(ps_smem_bytes<14>() <= 227 * 1024 && rs_smem_bytes<14, 5>() <= 227 * 1024,
+              "one block per SM fits");
+
+template <int R>
+__global__ void __launch_bounds__(256, 1) wgmma_conv3x3_ps_kernel(Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = RsShape<R>;
+  constexpr int kWarpgroups = 2, kAcc = S::kN / 2;
+  extern __shared__ __align__(128) unsigned char smem[];
+  // wg through a shuffle: ptxas then knows it is warp-uniform, and so the branches on the unit,
+  // and does not serialize the wgmmas behind them.
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0), wtid = tid % 128;
+  unsigned char* wts = smem;
+  unsigned char* patches = smem + kWeightBytes + wg * (kPsBuffers * S::kBytes + S::kStageBytes);
+  unsigned char* stage = patches + kPsBuffers * S::kBytes;
+  const int stride = gridDim.x * kWarpgroups, first = blockIdx.x * kWarpgroups + wg;
+  // Unit k's patch (k counts this warpgroup's units, first + k stride) into buffer k % 3; always
+  // one commit group, empty past the last unit.
+  auto fetch = [&](int k) {
+    const int u = first + k * stride;
+    if (u < p.units)
+      copy_patch<S::kPixels>(p, patches + (k % kPsBuffers) * S::kBytes, S::kPlane, block_at(p, u, R), wtid);
+    cute::cp_async_fence();
+  };
+
+  copy_weights(p, wts, tid, 128 * kWarpgroups);
+#pragma unroll
+  for (int k = 0; k < kPsBuffers; ++k) fetch(k);
+  const int c0 = 16 * (wtid / 32) + ((tid & 31) >> 2);  // this thread's accumulator rows: c0, c0 + 8
+  const float bias0 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0);
+  const float bias1 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0 + 8);
+  cute::cp_async_wait<kPsBuffers>();
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();  // the weights, for both warpgroups' MMAs
+  const uint64_t a_desc = make_desc(wts, kHalfOffset, 128);
+
+  // begin(k, acc): wait for unit k's patch and issue its MMAs into `acc`. finish(last, k, acc):
+  // wait until unit k's MMAs are done (all MMAs when `last`, else all but the batch just issued),
+  // fetch unit k + 3 into the buffer they release, and run unit k's epilogue.
+  // Every begin issues MMAs and the control flow is uniform, so that ptxas can follow which batch
+  // each wait retires and leaves the wgmmas asynchronous.
+  // cp.async groups: at begin(k) the newest committed is unit k + 1's (fetched by finish(k - 2))
+  // or, for k < 2, unit 2's (fetched before the loop).
+  const int n = first < p.units ? (p.units - first + stride - 1) / stride : 0;
+  auto begin = [&](int k, float(&acc)[kAcc]) {
+    if (k == 0)
+      cute::cp_async_wait<2>();
+    else
+      cute::cp_async_wait<1>();
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    // Every copy of unit k has landed, and every thread is done reading the staging area.
+    bar_sync(1 + wg, 128);
+    const uint64_t b_desc = make_desc(patches + (k % kPsBuffers) * S::kBytes, S::kPlane, kPatch * 16);
+#pragma unroll
+    for (int r = 0; r < kAcc; ++r) {
+      acc[r] = 0.0f;
+      cute::warpgroup_fence_operand(acc[r]);
+    }
+    cute::warpgroup_arrive();
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      const int tap = ks / 4, s = ks % 4, dy = tap / 3, dx = tap % 3;
+      const uint64_t off = static_cast<uint64_t>(2 * s * (S::kPlane / 16) + dy * kPatch + dx);
+      wgmma_ss<typename S::MmaSS>(a_desc + static_cast<uint64_t>(ks * (kStepBytes / 16)), b_desc + off, acc,
+                                  std::make_index_sequence<kAcc>{});
+    }
+    cute::warpgroup_commit_batch();
+  };
+  auto finish = [&](bool last, int k, float(&acc)[kAcc]) {
+    if (last)
+      cute::warpgroup_wait<0>();
+    else
+      cute::warpgroup_wait<1>();
+#pragma unroll
+    for (int r = 0; r < kAcc; ++r) cute::warpgroup_fence_operand(acc[r]);
+    bar_sync(1 + wg, 128);  // every warp's MMAs of unit k are done with its buffer
+    fetch(k + kPsBuffers);
+    store_tile<R>(p, acc, stage, first + k * stride, bias0, bias1, wg, wtid);
+  };
+  float acc0[kAcc], acc1[kAcc];
+  if (n > 0) begin(0, acc0);
+  for (int k = 1; k < n; k += 2) {
+    begin(k, acc1);
+    finish(false, k - 1, acc0);
+    if (k + 1 == n) {
+      finish(true, k, acc1);
+      return;
+    }
+    begin(k + 1, acc0);
+    finish(false, k, acc1);
+  }
+  if (n % 2 == 1) finish(true, n - 1, acc0);
 #else
   __trap();  // launch_wgmma_conv launches this on sm_90 alone
 #endif
@@ -466,11 +615,17 @@ Result<int> device_sms() {
     e = cudaFuncSetAttribute(wgmma_conv3x3_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(smem_bytes<3>()));
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(wgmma_conv3x3_rs_kernel<14>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(RsShape<14>::kSmem));
+    e = cudaFuncSetAttribute(wgmma_conv3x3_rs_kernel<14, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(rs_smem_bytes<14, 2>()));
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(wgmma_conv3x3_rs_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(RsShape<16>::kSmem));
+    e = cudaFuncSetAttribute(wgmma_conv3x3_rs_kernel<14, 5>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(rs_smem_bytes<14, 5>()));
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(wgmma_conv3x3_rs_kernel<16, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(rs_smem_bytes<16, 2>()));
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(wgmma_conv3x3_ps_kernel<14>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(ps_smem_bytes<14>()));
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky; clear it so that later checks do not report it
     if (known) known->store(-1, std::memory_order_relaxed);
@@ -551,14 +706,18 @@ Status launch_wgmma_conv(std::string_view tactic, const DirectConvDesc& d, const
     wgmma_conv3x3_kernel<3><<<std::min(sms, (p.units + 2) / 3), 384, smem_bytes<3>(), stream>>>(p);
   } else {
     // Units of R x 8 output pixels, counted in the same fields.
-    const int r = tactic == kTactics[2] ? 14 : 16;
+    const int r = tactic == kTactics[3] ? 16 : 14;
     p.blocks_per_image = static_cast<int>((d.h + r - 1) / r) * p.blocks_x;
     p.blocks = p.units = static_cast<int>(d.n * p.blocks_per_image);
     const int grid = std::min(sms, (p.units + 1) / 2);
-    if (r == 14)
-      wgmma_conv3x3_rs_kernel<14><<<grid, 256, RsShape<14>::kSmem, stream>>>(p);
+    if (tactic == kTactics[4])
+      wgmma_conv3x3_ps_kernel<14><<<grid, 256, ps_smem_bytes<14>(), stream>>>(p);
+    else if (tactic == kTactics[5])
+      wgmma_conv3x3_rs_kernel<14, 5><<<grid, 256, rs_smem_bytes<14, 5>(), stream>>>(p);
+    else if (r == 14)
+      wgmma_conv3x3_rs_kernel<14, 2><<<grid, 256, rs_smem_bytes<14, 2>(), stream>>>(p);
     else
-      wgmma_conv3x3_rs_kernel<16><<<grid, 256, RsShape<16>::kSmem, stream>>>(p);
+      wgmma_conv3x3_rs_kernel<16, 2><<<grid, 256, rs_smem_bytes<16, 2>(), stream>>>(p);
   }
   return kernels::check_launch("launch_wgmma_conv", "wgmma_conv3x3_kernel");
 }
