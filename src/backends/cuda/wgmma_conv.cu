@@ -1,6 +1,6 @@
 // The 64-channel 3x3 convolution on wgmma (wgmma_conv.h says what and why).
 //
-// Five variants, each a tactic (tactic timing keeps the fastest per layer):
+// Seven variants, each a tactic (tactic timing keeps the fastest per layer):
 //   wg2, wg3  8x8-pixel output blocks (numbered image-major, then row-major), a unit of work being
 //             two consecutive blocks; one persistent thread block per SM (174 or 224 KiB of shared
 //             memory) with two or three warpgroups. Per unit and block: 36 m64n64k16 wgmmas (9
@@ -10,12 +10,15 @@
 //             MMAs), applies the activation and stores float16 pairs from the accumulators.
 //   rs14, rs16  the transposed problem (below, before wgmma_conv3x3_rs_kernel): units of 14 or 16
 //             output rows x 8 columns, one m64n112k16 or m64n128k16 wgmma per K step, the weights
-//             in registers.
+//             in registers; rs14r5 is rs14 with a ring of five patch buffers instead of two.
 //   ps14      the transposed problem with the weights in shared memory and two accumulator sets,
 //             pipelined (before wgmma_conv3x3_ps_kernel): a unit's epilogue runs while the next
 //             unit's MMAs do.
-// Each warpgroup loops over units with two (ps: three) patch buffers, so that the next unit's
-// patch arrives (cp.async, zero fill outside the image) while the current one computes.
+//   ws14      the same problem, warp-specialised (before wgmma_conv3x3_ws_kernel): a producer
+//             warpgroup keeps a ring of six patch buffers full, two consumer warpgroups take
+//             turns with MMAs and epilogues. The fastest on layer1 at batch 256.
+// In the others each warpgroup loops over units with its own patch buffers, so that the next
+// unit's patch arrives (cp.async, zero fill outside the image) while the current one computes.
 //
 // Shared memory:
 //   weights  per K step of 16: two K halves [64 output channels][16 bytes] (1 KB each; the
@@ -49,6 +52,7 @@
 #include "cute/arch/mma_sm90_desc.hpp"
 #include "cute/arch/mma_sm90_gmma.hpp"
 #include "cute/arch/mma_sm90_gmma_ext.hpp"
+#include "cutlass/arch/barrier.h"
 
 namespace gpulab::cuda {
 namespace {
@@ -72,7 +76,8 @@ static_assert(kPlaneBytes % 128 == 64 && kHalfOffset % 128 == 64, "K halves in o
 
 // The tactics (see the top of the file).
 constexpr std::string_view kTactics[] = {"wgmma-conv3x3:wg2",  "wgmma-conv3x3:wg3",  "wgmma-conv3x3:rs14",
-                                         "wgmma-conv3x3:rs16", "wgmma-conv3x3:ps14", "wgmma-conv3x3:rs14r5"};
+                                         "wgmma-conv3x3:rs16", "wgmma-conv3x3:ps14", "wgmma-conv3x3:rs14r5",
+                                         "wgmma-conv3x3:ws14"};
 template <int kWarpgroups>
 constexpr size_t smem_bytes() {
   return kWeightBytes + static_cast<size_t>(kWarpgroups) * kWgPatchBytes;
@@ -333,6 +338,28 @@ __device__ __forceinline__ void wgmma_ss(uint64_t a_desc, uint64_t b_desc, float
   Mma::fma(a_desc, b_desc, d[I]...);
 }
 
+// A unit's 36 MMAs with both operands in shared memory (the ps and ws variants): the weights at
+// `a_desc`, the unit's patch in `patch`; zeroes `acc` first and commits them as one batch.
+template <int R>
+__device__ __forceinline__ void issue_ss(uint64_t a_desc, const unsigned char* patch, float (&acc)[4 * R]) {
+  using S = RsShape<R>;
+  const uint64_t b_desc = make_desc(patch, S::kPlane, kPatch * 16);
+#pragma unroll
+  for (int r = 0; r < 4 * R; ++r) {
+    acc[r] = 0.0f;
+    cute::warpgroup_fence_operand(acc[r]);
+  }
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) {
+    const int tap = ks / 4, s = ks % 4, dy = tap / 3, dx = tap % 3;
+    const uint64_t off = static_cast<uint64_t>(2 * s * (S::kPlane / 16) + dy * kPatch + dx);
+    wgmma_ss<typename S::MmaSS>(a_desc + static_cast<uint64_t>(ks * (kStepBytes / 16)), b_desc + off, acc,
+                                std::make_index_sequence<4 * R>{});
+  }
+  cute::warpgroup_commit_batch();
+}
+
 // The epilogue of the transposed variants, once `acc` holds unit `unit`'s result and `stage`
 // (kStageBytes of shared memory) is free for the whole warpgroup (the caller's barrier): bias,
 // rounding to float16, transposition through `stage`, residual, activation and the stores of the
@@ -544,21 +571,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_ps_kernel(Params p) {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     // Every copy of unit k has landed, and every thread is done reading the staging area.
     bar_sync(1 + wg, 128);
-    const uint64_t b_desc = make_desc(patches + (k % kPsBuffers) * S::kBytes, S::kPlane, kPatch * 16);
-#pragma unroll
-    for (int r = 0; r < kAcc; ++r) {
-      acc[r] = 0.0f;
-      cute::warpgroup_fence_operand(acc[r]);
-    }
-    cute::warpgroup_arrive();
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      const int tap = ks / 4, s = ks % 4, dy = tap / 3, dx = tap % 3;
-      const uint64_t off = static_cast<uint64_t>(2 * s * (S::kPlane / 16) + dy * kPatch + dx);
-      wgmma_ss<typename S::MmaSS>(a_desc + static_cast<uint64_t>(ks * (kStepBytes / 16)), b_desc + off, acc,
-                                  std::make_index_sequence<kAcc>{});
-    }
-    cute::warpgroup_commit_batch();
+    issue_ss<R>(a_desc, patches + (k % kPsBuffers) * S::kBytes, acc);
   };
   auto finish = [&](bool last, int k, float(&acc)[kAcc]) {
     if (last)
@@ -584,6 +597,90 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_ps_kernel(Params p) {
     finish(false, k, acc1);
   }
   if (n % 2 == 1) finish(true, n - 1, acc0);
+#else
+  __trap();  // launch_wgmma_conv launches this on sm_90 alone
+#endif
+}
+
+// The warp-specialised variant ("ws"): the transposed problem with the weights in shared memory
+// (as ps), but the roles split across three warpgroups. Warpgroup 0 is the producer: it keeps a
+// ring of kWsStages patch buffers full with cp.async, signalling each buffer's arrival on its
+// `full` mbarrier (cp.async.mbarrier.arrive: the arrival lands when the copies have). Warpgroups 1
+// and 2 are consumers, taking the block's units in turn: wait for the unit's buffer, run its MMAs,
+// release the buffer on its `empty` mbarrier as soon as they are done, then run the epilogue
+// through a staging tile of their own while the other consumer's MMAs run. So neither the loads
+// nor the epilogue sit between one unit's MMAs and the next, and the ring lets the loads run
+// several units ahead.
+constexpr int kWsStages = 6;
+template <int R>
+constexpr size_t ws_smem_bytes() {
+  return kWeightBytes + kWsStages * static_cast<size_t>(RsShape<R>::kBytes) + 2 * RsShape<R>::kStageBytes +
+         2 * kWsStages * sizeof(uint64_t);
+}
+static_assert(ws_smem_bytes<14>() <= 227 * 1024, "one block per SM fits");
+
+template <int R>
+__global__ void __launch_bounds__(384, 1) wgmma_conv3x3_ws_kernel(Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = RsShape<R>;
+  using Barrier = cutlass::arch::ClusterBarrier;
+  constexpr int kAcc = S::kN / 2;
+  extern __shared__ __align__(128) unsigned char smem[];
+  // wg through a shuffle, so that ptxas knows it is warp-uniform (see the ps kernel).
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0), wtid = tid % 128;
+  unsigned char* wts = smem;
+  unsigned char* ring = smem + kWeightBytes;
+  unsigned char* staging = ring + kWsStages * S::kBytes;  // consumer c's at c * kStageBytes
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging + 2 * S::kStageBytes);
+  uint64_t* empty = full + kWsStages;
+  if (tid == 0) {
+    for (int s = 0; s < kWsStages; ++s) {
+      Barrier::init(&full[s], 128);   // the producer's threads, each once its copies have landed
+      Barrier::init(&empty[s], 128);  // the consuming warpgroup's threads, once its MMAs are done
+    }
+  }
+  copy_weights(p, wts, tid, 384);
+  cute::cp_async_wait<0>();
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();  // the weights and the barriers, for everyone
+
+  // The block's units: blockIdx.x + j gridDim.x, j < nj; unit j uses ring buffer j % kWsStages
+  // for the (j / kWsStages)-th time, and consumer j % 2.
+  const int nj = static_cast<int>(blockIdx.x) < p.units
+                     ? (p.units - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
+                           static_cast<int>(gridDim.x)
+                     : 0;
+  const auto unit_of = [&](int j) { return static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x); };
+  if (wg == 0) {
+    for (int j = 0; j < nj; ++j) {
+      const int s = j % kWsStages, use = j / kWsStages;
+      if (use > 0) Barrier::wait(&empty[s], (use - 1) & 1);
+      copy_patch<S::kPixels>(p, ring + s * S::kBytes, S::kPlane, block_at(p, unit_of(j), R), wtid);
+      cutlass::arch::cpasync_barrier_arrive_noinc(&full[s]);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    return;
+  }
+
+  const int c = wg - 1;
+  unsigned char* stage = staging + c * S::kStageBytes;
+  const int c0 = 16 * (wtid / 32) + ((tid & 31) >> 2);  // this thread's accumulator rows: c0, c0 + 8
+  const float bias0 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0);
+  const float bias1 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0 + 8);
+  const uint64_t a_desc = make_desc(wts, kHalfOffset, 128);
+  float acc[kAcc];
+  for (int j = c; j < nj; j += 2) {
+    const int s = j % kWsStages;
+    Barrier::wait(&full[s], (j / kWsStages) & 1);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async's writes, for wgmma's reads
+    issue_ss<R>(a_desc, ring + s * S::kBytes, acc);
+    cute::warpgroup_wait<0>();
+#pragma unroll
+    for (int r = 0; r < kAcc; ++r) cute::warpgroup_fence_operand(acc[r]);
+    Barrier::arrive(&empty[s]);  // this thread's part of the MMAs is done with the buffer
+    bar_sync(1 + wg, 128);       // the whole warpgroup is done reading the staging tile
+    store_tile<R>(p, acc, stage, unit_of(j), bias0, bias1, wg, wtid);
+  }
 #else
   __trap();  // launch_wgmma_conv launches this on sm_90 alone
 #endif
@@ -626,6 +723,9 @@ Result<int> device_sms() {
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(wgmma_conv3x3_ps_kernel<14>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(ps_smem_bytes<14>()));
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(wgmma_conv3x3_ws_kernel<14>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(ws_smem_bytes<14>()));
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky; clear it so that later checks do not report it
     if (known) known->store(-1, std::memory_order_relaxed);
@@ -714,6 +814,8 @@ Status launch_wgmma_conv(std::string_view tactic, const DirectConvDesc& d, const
       wgmma_conv3x3_ps_kernel<14><<<grid, 256, ps_smem_bytes<14>(), stream>>>(p);
     else if (tactic == kTactics[5])
       wgmma_conv3x3_rs_kernel<14, 5><<<grid, 256, rs_smem_bytes<14, 5>(), stream>>>(p);
+    else if (tactic == kTactics[6])  // one block of a producer and two consumers per SM
+      wgmma_conv3x3_ws_kernel<14><<<std::min(sms, p.units), 384, ws_smem_bytes<14>(), stream>>>(p);
     else if (r == 14)
       wgmma_conv3x3_rs_kernel<14, 2><<<grid, 256, rs_smem_bytes<14, 2>(), stream>>>(p);
     else

@@ -12,9 +12,9 @@
 // its stride between 8-pixel groups. Every input pixel crosses L2 about 1.5 times instead of 9,
 // and nothing is copied into an im2col buffer.
 //
-// Measured on the H200 (docs/performance.md): at batch 256 the pipelined variant (ps14) runs
-// layer1's conv2 (with the residual) 15% faster than cuDNN's best candidate, and loses to cuDNN on
-// conv1; tactic timing picks per layer.
+// Measured on the H200 (docs/performance.md): at batch 256 the warp-specialised variant (ws14)
+// runs layer1's conv1 12% and its conv2 (with the residual) 32% faster than cuDNN's best
+// candidate; tactic timing picks per layer.
 //
 // Compiled for sm_90a only (wgmma); other GPUs have no code for it, and wgmma_conv_supports()
 // says so, so tactic timing does not offer it there.
@@ -34,7 +34,8 @@ namespace gpulab::cuda {
 // warpgroups per thread block), ":rs14" and ":rs16" (the transposed problem: weights in
 // registers, 14 or 16 output rows x 8 columns per wgmma), ":ps14" (the transposed problem with
 // the weights in shared memory and two accumulator sets, each unit's epilogue overlapping the next
-// unit's MMAs).
+// unit's MMAs), ":rs14r5" (rs14 with five patch buffers), ":ws14" (warp-specialised: a producer
+// warpgroup loading patches into a ring, two consumer warpgroups taking turns).
 inline constexpr std::string_view kWgmmaConvTacticPrefix = "wgmma-conv3x3:";
 std::span<const std::string_view> wgmma_conv_tactics();
 

@@ -133,8 +133,9 @@ TEST(WgmmaConvGpu, AgreesWithTheReference) {
 }
 
 // Layer1 of ResNet-18 at batch 64: each of the 264 warpgroups of an H200 runs several units, 6 or
-// 7 of the 14x8 ones, so that the rs14r5 ring of five patch buffers wraps around and the ps14
-// pipeline ends on an odd and an even count. Element by element against the direct
+// 7 of the 14x8 ones, so that the rs14r5 ring of five patch buffers wraps around, the ps14
+// pipeline ends on an odd and an even count, and ws14's ring of six (13 or 14 units per thread
+// block) wraps twice. Element by element against the direct
 // convolution, which accumulates in float32 too: the two differ by the float16 rounding of the
 // output, plus (the rs variant) that of the convolution plus bias before the residual is added,
 // hence the bound 2^-11 |conv + bias| + 2e-3 |y| + 1e-3.
