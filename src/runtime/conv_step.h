@@ -27,9 +27,8 @@ inline constexpr std::string_view kCutlassTacticPrefix = "cutlass:";
 // The tactic of a kStem step (kernels::launch_fused_stem, the only kernel that runs one).
 inline constexpr std::string_view kFusedStemTactic = "fused-stem";
 
-// The kernel a tactic string names: "direct", "depthwise", "cutlass:..." and "wgmma-conv3x3:..." are
-// gpulab's own;
-// anything else ("cudnn:...", "cudnn-unfused:...", "" for the default) is cuDNN.
+// The kernel a tactic string names: "direct", "depthwise", "cutlass:..." and "wgmma-conv3x3:..."
+// are gpulab's own; anything else ("cudnn:...", "cudnn-unfused:...", "" for the default) is cuDNN.
 ConvKernel conv_kernel_of_tactic(std::string_view tactic);
 
 // The kernel that runs a step whose tactic is `tactic` and for which `conv` was prepared (null

@@ -360,6 +360,23 @@ __device__ __forceinline__ void issue_ss(uint64_t a_desc, const unsigned char* p
   cute::warpgroup_commit_batch();
 }
 
+// The transposed variants' accumulator rows of this thread (wtid: its index in the warpgroup) are
+// output channels c0 and c0 + 8, c0 = 16 warp + lane / 4; their bias (0 without one).
+struct RowBias {
+  float lo, hi;
+};
+__device__ __forceinline__ RowBias row_bias(const Params& p, int wtid) {
+  const int c0 = 16 * (wtid >> 5) + ((wtid & 31) >> 2);
+  if (p.bias == nullptr) return {0.0f, 0.0f};
+  return {kernels::load_bias<__half>(p.bias, p.bias_f32, c0),
+          kernels::load_bias<__half>(p.bias, p.bias_f32, c0 + 8)};
+}
+
+// Of the units first, first + stride, ... those below `units`: how many.
+__device__ __forceinline__ int units_from(int first, int stride, int units) {
+  return first < units ? (units - first + stride - 1) / stride : 0;
+}
+
 // The epilogue of the transposed variants, once `acc` holds unit `unit`'s result and `stage`
 // (kStageBytes of shared memory) is free for the whole warpgroup (the caller's barrier): bias,
 // rounding to float16, transposition through `stage`, residual, activation and the stores of the
@@ -367,7 +384,7 @@ __device__ __forceinline__ void issue_ss(uint64_t a_desc, const unsigned char* p
 // before writing it again.
 template <int R>
 __device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[4 * R], unsigned char* stage,
-                                           int unit, float bias0, float bias1, int wg, int wtid) {
+                                           int unit, RowBias bias, int wg, int wtid) {
   using S = RsShape<R>;
   const int lane = wtid & 31, c16 = 16 * (wtid / 32);  // this warp's 16 accumulator rows (channels)
   // Accumulator (channel c16 + lane / 4 + 8 h, pixel 8 j + 2 (lane % 4) + e) = acc[4 j + 2 h + e].
@@ -380,7 +397,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[4
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int jj = j + q / 2, h = q % 2;
-      const float bb = h ? bias1 : bias0;
+      const float bb = h ? bias.hi : bias.lo;
       const __half2 v = __floats2half2_rn(acc[4 * jj + 2 * h] + bb, acc[4 * jj + 2 * h + 1] + bb);
       r[q] = *reinterpret_cast<const uint32_t*>(&v);
     }
@@ -454,9 +471,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params p) {
       wa[ks][3] = *reinterpret_cast<const uint32_t*>(w0 + 8 * 9 * kC + 16 * ks + 8);
     }
   }
-  const int c0 = 16 * wwarp + g;  // this thread's accumulator rows: channels c0 and c0 + 8
-  const float bias0 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0);
-  const float bias1 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0 + 8);
+  const RowBias bias = row_bias(p, wtid);
 
   // Units are R x 8 tiles of the output. Unit u's patch into buffer `buf`; always one commit
   // group, empty past the last unit.
@@ -499,7 +514,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params p) {
     for (int r = 0; r < kAcc; ++r) cute::warpgroup_fence_operand(acc[r]);
     bar_sync(1 + wg, 128);  // every warp's MMAs are done with `cur`: it becomes the staging area
 
-    store_tile<R>(p, acc, cur, unit, bias0, bias1, wg, wtid);
+    store_tile<R>(p, acc, cur, unit, bias, wg, wtid);
     bar_sync(1 + wg, 128);  // `cur` is read out: the next iteration's fetch may refill it
   }
 #else
@@ -547,9 +562,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_ps_kernel(Params p) {
   copy_weights(p, wts, tid, 128 * kWarpgroups);
 #pragma unroll
   for (int k = 0; k < kPsBuffers; ++k) fetch(k);
-  const int c0 = 16 * (wtid / 32) + ((tid & 31) >> 2);  // this thread's accumulator rows: c0, c0 + 8
-  const float bias0 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0);
-  const float bias1 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0 + 8);
+  const RowBias bias = row_bias(p, wtid);
   cute::cp_async_wait<kPsBuffers>();
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   __syncthreads();  // the weights, for both warpgroups' MMAs
@@ -562,7 +575,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_ps_kernel(Params p) {
   // each wait retires and leaves the wgmmas asynchronous.
   // cp.async groups: at begin(k) the newest committed is unit k + 1's (fetched by finish(k - 2))
   // or, for k < 2, unit 2's (fetched before the loop).
-  const int n = first < p.units ? (p.units - first + stride - 1) / stride : 0;
+  const int n = units_from(first, stride, p.units);
   auto begin = [&](int k, float(&acc)[kAcc]) {
     if (k == 0)
       cute::cp_async_wait<2>();
@@ -582,7 +595,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_ps_kernel(Params p) {
     for (int r = 0; r < kAcc; ++r) cute::warpgroup_fence_operand(acc[r]);
     bar_sync(1 + wg, 128);  // every warp's MMAs of unit k are done with its buffer
     fetch(k + kPsBuffers);
-    store_tile<R>(p, acc, stage, first + k * stride, bias0, bias1, wg, wtid);
+    store_tile<R>(p, acc, stage, first + k * stride, bias, wg, wtid);
   };
   float acc0[kAcc], acc1[kAcc];
   if (n > 0) begin(0, acc0);
@@ -646,11 +659,9 @@ __global__ void __launch_bounds__(384, 1) wgmma_conv3x3_ws_kernel(Params p) {
 
   // The block's units: blockIdx.x + j gridDim.x, j < nj; unit j uses ring buffer j % kWsStages
   // for the (j / kWsStages)-th time, and consumer j % 2.
-  const int nj = static_cast<int>(blockIdx.x) < p.units
-                     ? (p.units - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
-                           static_cast<int>(gridDim.x)
-                     : 0;
-  const auto unit_of = [&](int j) { return static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x); };
+  const int block = static_cast<int>(blockIdx.x), blocks = static_cast<int>(gridDim.x);
+  const int nj = units_from(block, blocks, p.units);
+  const auto unit_of = [&](int j) { return block + j * blocks; };
   if (wg == 0) {
     for (int j = 0; j < nj; ++j) {
       const int s = j % kWsStages, use = j / kWsStages;
@@ -664,9 +675,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_conv3x3_ws_kernel(Params p) {
 
   const int c = wg - 1;
   unsigned char* stage = staging + c * S::kStageBytes;
-  const int c0 = 16 * (wtid / 32) + ((tid & 31) >> 2);  // this thread's accumulator rows: c0, c0 + 8
-  const float bias0 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0);
-  const float bias1 = p.bias == nullptr ? 0.0f : kernels::load_bias<__half>(p.bias, p.bias_f32, c0 + 8);
+  const RowBias bias = row_bias(p, wtid);
   const uint64_t a_desc = make_desc(wts, kHalfOffset, 128);
   float acc[kAcc];
   for (int j = c; j < nj; j += 2) {
@@ -679,7 +688,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_conv3x3_ws_kernel(Params p) {
     for (int r = 0; r < kAcc; ++r) cute::warpgroup_fence_operand(acc[r]);
     Barrier::arrive(&empty[s]);  // this thread's part of the MMAs is done with the buffer
     bar_sync(1 + wg, 128);       // the whole warpgroup is done reading the staging tile
-    store_tile<R>(p, acc, stage, unit_of(j), bias0, bias1, wg, wtid);
+    store_tile<R>(p, acc, stage, unit_of(j), bias, wg, wtid);
   }
 #else
   __trap();  // launch_wgmma_conv launches this on sm_90 alone
@@ -705,27 +714,18 @@ Result<int> device_sms() {
   GPULAB_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   GPULAB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   cudaError_t e = major == 9 && minor == 0 ? cudaSuccess : cudaErrorNoKernelImageForDevice;
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(wgmma_conv3x3_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem_bytes<2>()));
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(wgmma_conv3x3_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem_bytes<3>()));
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(wgmma_conv3x3_rs_kernel<14, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(rs_smem_bytes<14, 2>()));
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(wgmma_conv3x3_rs_kernel<14, 5>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(rs_smem_bytes<14, 5>()));
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(wgmma_conv3x3_rs_kernel<16, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(rs_smem_bytes<16, 2>()));
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(wgmma_conv3x3_ps_kernel<14>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(ps_smem_bytes<14>()));
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(wgmma_conv3x3_ws_kernel<14>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(ws_smem_bytes<14>()));
+  // Every kernel's shared-memory limit, the sizes its launch below asks for.
+  const auto allow = [&e](auto kernel, size_t bytes) {
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  };
+  allow(wgmma_conv3x3_kernel<2>, smem_bytes<2>());
+  allow(wgmma_conv3x3_kernel<3>, smem_bytes<3>());
+  allow(wgmma_conv3x3_rs_kernel<14, 2>, rs_smem_bytes<14, 2>());
+  allow(wgmma_conv3x3_rs_kernel<14, 5>, rs_smem_bytes<14, 5>());
+  allow(wgmma_conv3x3_rs_kernel<16, 2>, rs_smem_bytes<16, 2>());
+  allow(wgmma_conv3x3_ps_kernel<14>, ps_smem_bytes<14>());
+  allow(wgmma_conv3x3_ws_kernel<14>, ws_smem_bytes<14>());
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky; clear it so that later checks do not report it
     if (known) known->store(-1, std::memory_order_relaxed);
