@@ -13,8 +13,8 @@
 // and nothing is copied into an im2col buffer.
 //
 // Measured on the H200 (docs/performance.md): at batch 256 the warp-specialised variant (ws14)
-// runs layer1's conv1 12% and its conv2 (with the residual) 32% faster than cuDNN's best
-// candidate; tactic timing picks per layer.
+// runs layer1's conv1 7-12% and its conv2 (with the residual) 29-32% faster than cuDNN's best
+// candidate; tactic timing picks per layer (rs14 at batch 8).
 //
 // Compiled for sm_90a only (wgmma); other GPUs have no code for it, and wgmma_conv_supports()
 // says so, so tactic timing does not offer it there.
@@ -30,12 +30,9 @@
 
 namespace gpulab::cuda {
 
-// Tactic strings, one per kernel variant: "wgmma-conv3x3:wg2" and ":wg3" (8x8-pixel blocks, 2 or 3
-// warpgroups per thread block), ":rs14" and ":rs16" (the transposed problem: weights in
-// registers, 14 or 16 output rows x 8 columns per wgmma), ":ps14" (the transposed problem with
-// the weights in shared memory and two accumulator sets, each unit's epilogue overlapping the next
-// unit's MMAs), ":rs14r5" (rs14 with five patch buffers), ":ws14" (warp-specialised: a producer
-// warpgroup loading patches into a ring, two consumer warpgroups taking turns).
+// Tactic strings, one per kernel variant: "wgmma-conv3x3:rs14" (the weights in registers, two
+// warpgroups each looping over units of 14 output rows x 8 columns), ":ws14" (warp-specialised: a
+// producer warpgroup loading patches into a ring, two consumer warpgroups taking turns).
 inline constexpr std::string_view kWgmmaConvTacticPrefix = "wgmma-conv3x3:";
 std::span<const std::string_view> wgmma_conv_tactics();
 

@@ -132,13 +132,12 @@ TEST(WgmmaConvGpu, AgreesWithTheReference) {
   check_against_reference({.n = 1, .h = 1, .w = 1});  // a single pixel: all padding
 }
 
-// Layer1 of ResNet-18 at batch 64: each of the 264 warpgroups of an H200 runs several units, 6 or
-// 7 of the 14x8 ones, so that the rs14r5 ring of five patch buffers wraps around, the ps14
-// pipeline ends on an odd and an even count, and ws14's ring of six (13 or 14 units per thread
-// block) wraps twice. Element by element against the direct
-// convolution, which accumulates in float32 too: the two differ by the float16 rounding of the
-// output, plus (the rs variant) that of the convolution plus bias before the residual is added,
-// hence the bound 2^-11 |conv + bias| + 2e-3 |y| + 1e-3.
+// Layer1 of ResNet-18 at batch 64: 1792 units of 14x8 output pixels, so that every warpgroup of
+// an H200 runs several: rs14's 264 warpgroups 6 or 7 each; ws14's 132 thread blocks 13 or 14
+// each, so that its ring of six patch buffers wraps twice and each consumer reuses its staging
+// tile. Element by element against the direct convolution, which accumulates in float32 too: the
+// two differ by the float16 rounding of the output, plus that of the convolution plus bias before
+// the residual is added, hence the bound 2^-11 |conv + bias| + 2e-3 |y| + 1e-3.
 TEST(WgmmaConvGpu, ResNetLayer1AgreesWithTheDirectConvolution) {
   GPULAB_SKIP_WITHOUT_GPU();
   const Case t{.n = 64, .h = 56, .w = 56};
