@@ -1,5 +1,10 @@
 #include "runtime/conv_step.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <span>
+
 #include "backends/cuda/cutlass_conv.h"
 #include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/kernels/kernels.h"
@@ -14,6 +19,18 @@ ConvKernel conv_kernel_of_tactic(std::string_view tactic) {
   if (tactic.starts_with(kCutlassTacticPrefix)) return ConvKernel::kCutlass;
   if (tactic.starts_with(cuda::kWgmmaConvTacticPrefix)) return ConvKernel::kWgmma3x3;
   return ConvKernel::kCudnn;
+}
+
+Status check_conv_tactic(std::string_view tactic) {
+  const auto known = [tactic](std::span<const std::string_view> names) {
+    return std::find(names.begin(), names.end(), tactic) != names.end();
+  };
+  const ConvKernel kernel = conv_kernel_of_tactic(tactic);
+  if ((kernel == ConvKernel::kCutlass && !known(cuda::cutlass_conv_tactics())) ||
+      (kernel == ConvKernel::kWgmma3x3 && !known(cuda::wgmma_conv_tactics())))
+    return Status::unsupported(fmt::format(
+        "conv: tactic \"{}\" is not a kernel this gpulab has (chosen by another gpulab version).", tactic));
+  return Status::ok();
 }
 
 ConvKernel conv_kernel_for(std::string_view tactic, const cuda::CudnnConv* conv) {

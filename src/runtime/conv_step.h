@@ -31,6 +31,12 @@ inline constexpr std::string_view kFusedStemTactic = "fused-stem";
 // are gpulab's own; anything else ("cudnn:...", "cudnn-unfused:...", "" for the default) is cuDNN.
 ConvKernel conv_kernel_of_tactic(std::string_view tactic);
 
+// OK unless `tactic` names one of gpulab's own kernels that this build does not have: a CUTLASS
+// tile or wgmma variant outside cuda::cutlass_conv_tactics() / cuda::wgmma_conv_tactics(), as in
+// a plan or timing cache from another gpulab version (stop 14 removed five wgmma variants).
+// Then unsupported, naming the tactic. cuDNN tactics are checked when their plan is built.
+Status check_conv_tactic(std::string_view tactic);
+
 // The kernel that runs a step whose tactic is `tactic` and for which `conv` was prepared (null
 // when no cuDNN plan was built): own kernels by name; a cuDNN tactic without a plan falls back
 // to the direct convolution.

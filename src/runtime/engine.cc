@@ -77,6 +77,12 @@ class EngineImpl final : public Engine {
   static Result<std::shared_ptr<EngineImpl>> create(Plan plan, int device) {
     GPULAB_ASSIGN_OR_RETURN(const PlanTarget target, cuda::current_target(device));
     GPULAB_TRY(check_plan_target(plan.target, target));
+    for (const PlanStep& step : plan.steps) {
+      if (step.kind != StepKind::kConv) continue;
+      if (const Status s = check_conv_tactic(step.tactic); !s.is_ok())
+        return Status::unsupported(
+            fmt::format("plan: step {}: {} Rebuild the plan with `gpulab build`.", step.name, s.message()));
+    }
     auto e = std::shared_ptr<EngineImpl>(new EngineImpl());
     e->device_ = device;
     e->plan_ = std::move(plan);

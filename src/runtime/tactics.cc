@@ -125,12 +125,16 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     const cuda::ConvProblem problem = conv_problem(plan, step, plan.max_batch);
     const std::string key = TimingCache::make_key(cuda::conv_signature(problem), target);
     if (cache) {
-      if (const TimingEntry* hit = cache->find(key)) {
+      const TimingEntry* hit = cache->find(key);
+      if (hit && check_conv_tactic(hit->tactic).is_ok()) {
         step.tactic = hit->tactic;
         ++report.cached_layers;
         note_own(step.tactic);
         continue;
       }
+      if (hit)
+        log_info("tactics: {}: the timing cache's \"{}\" is not a kernel this gpulab has; timing again",
+                 step.name, hit->tactic);
     }
     // gpulab's own candidates: the depthwise kernel where it applies (batch does not matter),
     // CUTLASS's small-channel convolution for FP16 stems, the direct convolution for every float

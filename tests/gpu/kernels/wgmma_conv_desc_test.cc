@@ -111,7 +111,22 @@ TEST(WgmmaConvDesc, TacticsAreNamedForTheConvStep) {
     EXPECT_TRUE(t.starts_with(kWgmmaConvTacticPrefix)) << t;
     EXPECT_EQ(conv_kernel_of_tactic(t), ConvKernel::kWgmma3x3) << t;
     EXPECT_EQ(conv_kernel_for(t, nullptr), ConvKernel::kWgmma3x3) << t;
+    EXPECT_TRUE(check_conv_tactic(t).is_ok()) << t;
   }
+}
+
+// A plan or timing cache from an older gpulab may name a variant this one no longer has (ps14 was
+// removed in stop 14): refused by name, so that the engine refuses the plan and tactic timing times
+// the layer again, instead of failing at the first launch.
+TEST(WgmmaConvDesc, RemovedVariantsAreNotKnownTactics) {
+  for (std::string_view t : {"wgmma-conv3x3:ps14", "wgmma-conv3x3:wg2", "wgmma-conv3x3:"}) {
+    const Status s = check_conv_tactic(t);
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << t;
+    EXPECT_NE(s.message().find(std::string(t)), std::string::npos) << s.message();
+  }
+  EXPECT_TRUE(check_conv_tactic("cutlass:no-such-tile").code() == StatusCode::kUnsupported);
+  for (std::string_view t : {"direct", "depthwise", "cudnn:41;2=4", "cudnn-unfused:62;2=4", ""})
+    EXPECT_TRUE(check_conv_tactic(t).is_ok()) << t;
 }
 
 }  // namespace
