@@ -1,6 +1,6 @@
 // The 64-channel 3x3 convolution on wgmma (wgmma_conv.h says what and why).
 //
-// Two variants, each a tactic (tactic timing keeps the fastest per layer). All solve the
+// Two variants, each a tactic (tactic timing keeps the fastest per layer). Both solve the
 // transposed problem (before wgmma_conv3x3_rs_kernel): units of 14 output rows x 8 columns, one
 // m64n112k16 wgmma per K step, channels x pixels.
 //   rs14      the weights in registers; each of two warpgroups per thread block loops over its
@@ -180,7 +180,7 @@ __device__ __forceinline__ void wgmma_ss(uint64_t a_desc, uint64_t b_desc, float
   MmaSS::fma(a_desc, b_desc, d[I]...);
 }
 
-// A unit's 36 MMAs with both operands in shared memory (the ws variants): the weights at `a_desc`,
+// A unit's 36 MMAs with both operands in shared memory (the ws variant): the weights at `a_desc`,
 // the unit's patch in `patch`; zeroes `acc` first and commits them as one batch.
 __device__ __forceinline__ void issue_ss(uint64_t a_desc, const unsigned char* patch, float (&acc)[kAcc]) {
   const uint64_t b_desc = make_desc(patch, kPlane, kPatch * 16);
