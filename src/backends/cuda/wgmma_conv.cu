@@ -86,8 +86,8 @@ struct Params {
   const __half* residual;  // or null
   __half* y;
   int h, w;
-  int blocks_x, blocks_per_image;  // units per row of units and per image
-  int units;                       // in all
+  int units_x, units_per_image;  // units per row of units and per image
+  int units;                     // in all
   kernels::ActParams act;
 };
 
@@ -111,12 +111,12 @@ struct UnitAt {
   int img, oy0, ox0;
 };
 
-// Unit `unit`'s image and top-left output pixel (p.blocks_x units per row of units,
-// p.blocks_per_image per image).
+// Unit `unit`'s image and top-left output pixel (p.units_x units per row of units,
+// p.units_per_image per image).
 __device__ __forceinline__ UnitAt unit_at(const Params& p, int unit) {
-  const int img = unit / p.blocks_per_image, in_img = unit - img * p.blocks_per_image;
-  const int by = in_img / p.blocks_x;
-  return UnitAt{img, by * kRows, (in_img - by * p.blocks_x) * kBlock};
+  const int img = unit / p.units_per_image, in_img = unit - img * p.units_per_image;
+  const int by = in_img / p.units_x;
+  return UnitAt{img, by * kRows, (in_img - by * p.units_x) * kBlock};
 }
 
 // The input patch of the unit at `at` (kRows + 2 rows of 10 pixels, all 64 channels, zero outside
@@ -217,18 +217,6 @@ __device__ __forceinline__ int units_from(int first, int stride, int units) {
   return first < units ? (units - first + stride - 1) / stride : 0;
 }
 
-// The output pieces of a unit: this thread's it-th (item wtid + 128 it: pixel item / 8, chunk
-// item % 8) is at element `at` of y (and of the residual), written when `inside` the image.
-struct Piece {
-  int64_t at;
-  bool inside;
-};
-__device__ __forceinline__ Piece piece_of(const Params& p, UnitAt t, int wtid, int it) {
-  const int item = wtid + 128 * it, pix = item / kChunks, chunk = item % kChunks;
-  const int oy = t.oy0 + pix / 8, ox = t.ox0 + pix % 8;
-  return {((static_cast<int64_t>(t.img) * p.h + oy) * p.w + ox) * kC + chunk * 8, oy < p.h && ox < p.w};
-}
-
 // The epilogue, once `acc` holds unit `unit`'s result and `stage` (kStageBytes of shared memory) is
 // free for the whole warpgroup (the caller's barrier): bias, rounding to float16, transposition
 // through `stage`, residual, activation and the stores of the unit's kRows x 8 output pixels.
@@ -257,19 +245,23 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[k
   }
   bar_sync(1 + wg, 128);  // the staged tile is complete
 
-  // Read out: 16 bytes (8 channels of a pixel) per piece; the residual's loads first, all at once.
+  // Read out: 16 bytes (8 channels of a pixel) per item; the residual's loads first, all at once.
   const UnitAt t = unit_at(p, unit);
+  int64_t at[kItems];
+  bool ok[kItems];
   uint4 res[kItems];
 #pragma unroll
   for (int it = 0; it < kItems; ++it) {
-    const Piece q = piece_of(p, t, wtid, it);
-    res[it] = q.inside && p.residual != nullptr ? *reinterpret_cast<const uint4*>(p.residual + q.at)
-                                                : make_uint4(0, 0, 0, 0);
+    const int item = wtid + 128 * it, pix = item / kChunks, chunk = item % kChunks;
+    const int oy = t.oy0 + pix / 8, ox = t.ox0 + pix % 8;
+    ok[it] = oy < p.h && ox < p.w;
+    at[it] = ((static_cast<int64_t>(t.img) * p.h + oy) * p.w + ox) * kC + chunk * 8;
+    res[it] = ok[it] && p.residual != nullptr ? *reinterpret_cast<const uint4*>(p.residual + at[it])
+                                              : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int it = 0; it < kItems; ++it) {
-    const Piece q = piece_of(p, t, wtid, it);
-    if (!q.inside) continue;
+    if (!ok[it]) continue;
     const int item = wtid + 128 * it, pix = item / kChunks, chunk = item % kChunks;
     const uint4 conv = *reinterpret_cast<const uint4*>(stage + pix * 128 + (chunk ^ (pix % 8)) * 16);
     const __half2* cv = reinterpret_cast<const __half2*>(&conv);
@@ -281,7 +273,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[k
       const float2 c = __half22float2(cv[e]), r = __half22float2(rv[e]);
       ov[e] = __floats2half2_rn(kernels::apply_act(c.x + r.x, p.act), kernels::apply_act(c.y + r.y, p.act));
     }
-    *reinterpret_cast<uint4*>(p.y + q.at) = out;
+    *reinterpret_cast<uint4*>(p.y + at[it]) = out;
   }
 }
 
@@ -530,9 +522,9 @@ Status launch_wgmma_conv(std::string_view tactic, const DirectConvDesc& d, const
   p.y = static_cast<__half*>(y);
   p.h = static_cast<int>(d.h);
   p.w = static_cast<int>(d.w);
-  p.blocks_x = static_cast<int>((d.w + kBlock - 1) / kBlock);
-  p.blocks_per_image = static_cast<int>((d.h + kRows - 1) / kRows) * p.blocks_x;
-  p.units = static_cast<int>(d.n * p.blocks_per_image);  // validate bounds it
+  p.units_x = static_cast<int>((d.w + kBlock - 1) / kBlock);
+  p.units_per_image = static_cast<int>((d.h + kRows - 1) / kRows) * p.units_x;
+  p.units = static_cast<int>(d.n * p.units_per_image);  // validate bounds it
   const auto& a = d.attrs;
   p.act = a.activation == Activation::kRelu   ? kernels::ActParams{Activation::kRelu, 0.0f, INFINITY}
           : a.activation == Activation::kClip ? kernels::ActParams{Activation::kClip, a.clip_min, a.clip_max}

@@ -124,7 +124,7 @@ TEST(WgmmaConvDesc, RemovedVariantsAreNotKnownTactics) {
     EXPECT_EQ(s.code(), StatusCode::kUnsupported) << t;
     EXPECT_NE(s.message().find(std::string(t)), std::string::npos) << s.message();
   }
-  EXPECT_TRUE(check_conv_tactic("cutlass:no-such-tile").code() == StatusCode::kUnsupported);
+  EXPECT_EQ(check_conv_tactic("cutlass:no-such-tile").code(), StatusCode::kUnsupported);
   for (std::string_view t : {"direct", "depthwise", "cudnn:41;2=4", "cudnn-unfused:62;2=4", ""})
     EXPECT_TRUE(check_conv_tactic(t).is_ok()) << t;
 }

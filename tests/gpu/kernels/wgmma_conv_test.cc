@@ -1,6 +1,6 @@
 // The wgmma 3x3 convolution for 64-channel layers (launch_wgmma_conv) on the device:
-//   - small shapes against the CPU reference backend's Conv (edge blocks, a unit with one block,
-//     no bias, float32 bias, no residual, every activation);
+//   - small shapes against the CPU reference backend's Conv (units of 14x8 output pixels cut by
+//     the image's edges, no bias, float32 bias, no residual, every activation);
 //   - ResNet-18's layer1 shape at a batch large enough that every warpgroup loops over several
 //     units (every patch buffer in use), element by element against the direct convolution
 //     (both accumulate in float32, so they differ by at most a rounding of the float16 output).
@@ -125,8 +125,8 @@ void check_against_reference(const Case& t) {
 
 TEST(WgmmaConvGpu, AgreesWithTheReference) {
   GPULAB_SKIP_WITHOUT_GPU();
-  check_against_reference({.n = 2, .h = 16, .w = 24});                    // whole blocks, layer1's epilogue
-  check_against_reference({.n = 1, .h = 5, .w = 20, .residual = false});  // 3 blocks: a one-block unit
+  check_against_reference({.n = 2, .h = 16, .w = 24});  // unit rows of 14 and 2, layer1's epilogue
+  check_against_reference({.n = 1, .h = 5, .w = 20, .residual = false});  // 5 of 14 rows; 8, 8, 4 columns
   check_against_reference({.n = 3, .h = 13, .w = 11, .activation = Activation::kNone, .bias = false});
   check_against_reference({.n = 1, .h = 9, .w = 9, .activation = Activation::kClip, .bias_f32 = true});
   check_against_reference({.n = 1, .h = 1, .w = 1});  // a single pixel: all padding
