@@ -4,7 +4,7 @@
 // space-to-depth layout lower_graph writes; the test builds that layout independently from the
 // ONNX [k, c, r, s] weights. Shapes: ResNet's 224x224 stem, odd sizes that leave partial tiles,
 // one- and two-channel images, rows that take the 16-byte loads and rows that do not, asymmetric
-// pads, no bias, ceil-mode pooling. Every case runs the mma.sync variant and, on sm_90, the wgmma
+// pads, no bias, ceil-mode pooling. Every case runs the mma.sync kernel and, on sm_90, the wgmma
 // one.
 #include "backends/cuda/kernels/kernel_desc.h"
 #include "backends/cuda/kernels/kernels.h"
@@ -35,7 +35,7 @@ struct Case {
   bool bias = true;
 };
 
-// Runs both kernel variants (the wgmma one where the GPU is sm_90) against the reference.
+// Runs both kernels (the wgmma one where the GPU is sm_90) against the reference.
 void check_stem(const Case& t) {
   const int64_t k = kStemOutChannels, taps = t.kernel * t.kernel;
   const int64_t conv_h = pool_output_size(t.h, t.kernel, 2, 1, t.pads.top, t.pads.bottom, false);
@@ -98,11 +98,11 @@ void check_stem(const Case& t) {
 
   DeviceBuffer dx(encode(x, DataType::kFloat32)), dw(encode(w_s2d, f16)), db(encode(b, f16));
   for (const StemKernel kernel : {StemKernel::kMmaSync, StemKernel::kWgmma}) {
-    SCOPED_TRACE(kernel == StemKernel::kWgmma ? "wgmma variant" : "mma.sync variant");
+    SCOPED_TRACE(kernel == StemKernel::kWgmma ? "wgmma kernel" : "mma.sync kernel");
     DeviceBuffer dy(static_cast<size_t>(t.n * d.out_h * d.out_w * k * 2));
     const Status s =
         launch_fused_stem(d, dx.get(), dw.get(), t.bias ? db.get() : nullptr, dy.get(), nullptr, kernel);
-    // The wgmma variant exists for sm_90 alone; there it must run.
+    // The wgmma kernel exists for sm_90 alone; there it must run.
     if (kernel == StemKernel::kWgmma && !is_sm90()) {
       EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.to_string();
       continue;
@@ -140,6 +140,17 @@ TEST(FusedStemGpu, CeilModeAndPoolPads) {
   GPULAB_SKIP_WITHOUT_GPU();
   check_stem({.n = 2, .h = 58, .w = 66, .pool_pads = {1, 1, 0, 0}, .ceil_mode = true});
   check_stem({.n = 1, .h = 33, .w = 35, .pool_pads = {1, 1, 1, 0}});
+}
+
+// The wgmma kernel cuts images wider than 56 pooled columns into strips, and gives a
+// consumer several items (each restarting its ring of space-to-depth rows) when there are more
+// items than consumers: 600 small images are 600 items on an H200's 264 consumers.
+TEST(FusedStemGpu, StripsAndManyItems) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  check_stem({.n = 1, .h = 20, .w = 250});                         // 2 strips, 4-byte loads
+  check_stem({.n = 1, .c = 2, .h = 24, .w = 456, .bias = false});  // 3 strips, 16-byte loads
+  check_stem({.n = 600, .h = 16, .w = 20});                        // several items per consumer
+  check_stem({.n = 300, .c = 1, .h = 15, .w = 14, .pads = {2, 3, 1, 3}});
 }
 
 TEST(FusedStemGpu, RefusesBadDescriptors) {

@@ -57,7 +57,7 @@ Status launch_softmax(const SoftmaxDesc& desc, const void* x, void* y, cudaStrea
 // One thread block per row.
 Status launch_topk(const TopKDesc& desc, const void* x, void* indices, void* values, cudaStream_t stream);
 
-// Which variant of the fused stem runs: kAuto takes wgmma where the GPU has it (sm_90) and
+// Which kernel of the fused stem runs: kAuto takes wgmma where the GPU has it (sm_90) and
 // mma.sync elsewhere, or mma.sync when the environment sets GPULAB_FUSED_STEM=mma; the others
 // force one (tests, measurements).
 enum class StemKernel { kAuto, kMmaSync, kWgmma };

@@ -10,4 +10,4 @@ set(GPULAB_CUDA_KERNEL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/linear.cu
   ${CMAKE_CURRENT_LIST_DIR}/stem.cu)
 # Compiled for sm_90a alone, into an object library of its own (src/backends/cuda/CMakeLists.txt).
-set(GPULAB_CUDA_SM90A_SOURCES ${CMAKE_CURRENT_LIST_DIR}/stem_sm90.cu)
+set(GPULAB_CUDA_SM90A_SOURCES ${CMAKE_CURRENT_LIST_DIR}/stem_rows_sm90.cu)
