@@ -209,6 +209,48 @@ TEST(FusedStemDesc, AcceptsResNetsStem) {
   EXPECT_TRUE(validate(ceil).is_ok()) << validate(ceil).to_string();
 }
 
+// The sm_90 kernel's work division (an H200 has 132 SMs, so 264 consumer warpgroups).
+TEST(FusedStemDesc, RowPlanFitsTheBatchToTheConsumers) {
+  struct Expected {
+    int64_t n, chunk_rows, items;
+  };
+  for (const Expected e : {
+           Expected{256, 56, 256},  // one item per image (all 56 pooled rows): one wave
+           Expected{8, 2, 8 * 28},  // the longest runs that still give every run its own consumer
+           Expected{1, 1, 56},      // one pooled row per item: 56 consumers share the image
+       }) {
+    FusedStemDesc d = resnet_stem();
+    d.n = e.n;
+    const StemRowPlan plan = plan_stem_rows(d, 264);
+    SCOPED_TRACE(::testing::Message() << "batch " << e.n);
+    EXPECT_EQ(plan.strips, 1);
+    EXPECT_EQ(plan.chunk_rows, e.chunk_rows);
+    EXPECT_EQ(plan.chunks, 56 / e.chunk_rows);
+    EXPECT_EQ(plan.items, e.items);
+  }
+}
+
+TEST(FusedStemDesc, RowPlanCoversEveryPooledPixel) {
+  for (const int64_t out : {1, 7, 56, 57, 113, 200})
+    for (const int64_t n : {1, 3, 256, 600})
+      for (const int64_t consumers : {2, 64, 264}) {
+        FusedStemDesc d = resnet_stem();
+        d.n = n;
+        d.out_h = out;
+        d.out_w = out + 3;
+        const StemRowPlan plan = plan_stem_rows(d, consumers);
+        SCOPED_TRACE(::testing::Message() << "out " << out << " n " << n << " consumers " << consumers);
+        // Strips of 56 pooled columns cover the row, the last one partly.
+        EXPECT_GE(plan.strips * kStemStripPooled, d.out_w);
+        EXPECT_LT((plan.strips - 1) * kStemStripPooled, d.out_w);
+        // Runs of chunk_rows cover the rows, and none is empty.
+        ASSERT_GE(plan.chunk_rows, 1);
+        EXPECT_GE(plan.chunks * plan.chunk_rows, d.out_h);
+        EXPECT_LT((plan.chunks - 1) * plan.chunk_rows, d.out_h);
+        EXPECT_EQ(plan.items, n * plan.strips * plan.chunks);
+      }
+}
+
 TEST(FusedStemDesc, RejectsWhatTheKernelDoesNotCompute) {
   FusedStemDesc d = resnet_stem();
   d.c = 4;

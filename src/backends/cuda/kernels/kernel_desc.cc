@@ -1,6 +1,7 @@
 #include "backends/cuda/kernels/kernel_desc.h"
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include <fmt/format.h>
@@ -215,6 +216,23 @@ Status validate(const FusedStemDesc& d) {
         fmt::format("{}: {} pooled pixels over the batch; the fused stem takes fewer than 2^30.", kWhere,
                     d.n * d.out_h * d.out_w));
   return Status::ok();
+}
+
+StemRowPlan plan_stem_rows(const FusedStemDesc& d, int64_t consumers) {
+  StemRowPlan plan;
+  plan.strips = (d.out_w + kStemStripPooled - 1) / kStemStripPooled;
+  int64_t best_cost = INT64_MAX;
+  for (int64_t chunk_rows = d.out_h; chunk_rows >= 1; --chunk_rows) {
+    const int64_t chunks = (d.out_h + chunk_rows - 1) / chunk_rows;
+    const int64_t per_consumer = (d.n * plan.strips * chunks + consumers - 1) / consumers;
+    if (const int64_t cost = per_consumer * (2 * chunk_rows + 4); cost < best_cost) {
+      best_cost = cost;
+      plan.chunk_rows = chunk_rows;
+    }
+  }
+  plan.chunks = (d.out_h + plan.chunk_rows - 1) / plan.chunk_rows;
+  plan.items = d.n * plan.strips * plan.chunks;
+  return plan;
 }
 
 Status validate(const GlobalAvgPoolDesc& d) {

@@ -184,6 +184,18 @@ struct FusedStemDesc {
 };
 Status validate(const FusedStemDesc& desc);
 
+// How the sm_90 kernel (stem_rows_sm90.cu) divides a launch into work items: strips of
+// kStemStripPooled pooled columns, each image's pooled rows cut into `chunks` runs of `chunk_rows`
+// (the last may be shorter); items = n x chunks x strips, taken by `consumers` warpgroups. A
+// consumer's time is about its items' convolution rows, and every run costs 4 rows more than its
+// own (the pool's top row and 3 space-to-depth rows of halo), so the run length minimises (items
+// per consumer) x (2 chunk_rows + 4); ties go to longer runs. desc must be valid.
+inline constexpr int64_t kStemStripPooled = 56;
+struct StemRowPlan {
+  int64_t strips = 0, chunk_rows = 0, chunks = 0, items = 0;
+};
+StemRowPlan plan_stem_rows(const FusedStemDesc& desc, int64_t consumers);
+
 // ---- classifier tail -----------------------------------------------------------------------
 
 // Softmax over the last dimension of a float32 [rows, cols] matrix, max-subtracted (numerically

@@ -42,7 +42,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <climits>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -405,29 +404,6 @@ Result<int> persistent_blocks(bool wgmma) {
   return sms * per_sm;
 }
 
-// The row-streaming variant's items: strips of kRowsStripPooled pooled columns, each image's
-// pooled rows cut into `chunks` runs. A consumer's time is about its items' convolution rows,
-// and every run costs 4 rows more than its own (the pool's top row and 3 space-to-depth rows of
-// halo), so the run length minimises (items per consumer) x (rows per run + 4); ties go to fewer,
-// longer runs.
-void plan_rows(const FusedStemDesc& d, int consumers, RowsParams& p) {
-  const int64_t strips = (d.out_w + kRowsStripPooled - 1) / kRowsStripPooled;
-  int64_t best_rows = d.out_h, best_cost = INT64_MAX;
-  for (int64_t chunk_rows = d.out_h; chunk_rows >= 1; --chunk_rows) {
-    const int64_t chunks = (d.out_h + chunk_rows - 1) / chunk_rows;
-    const int64_t per_consumer = (d.n * strips * chunks + consumers - 1) / consumers;
-    const int64_t cost = per_consumer * (2 * chunk_rows + 4);
-    if (cost < best_cost) {
-      best_cost = cost;
-      best_rows = chunk_rows;
-    }
-  }
-  p.strips = static_cast<int>(strips);
-  p.chunk_rows = static_cast<int>(best_rows);
-  p.chunks = static_cast<int>((d.out_h + best_rows - 1) / best_rows);
-  p.items = static_cast<int>(d.n * strips * p.chunks);  // <= pooled pixels < 2^30 (validate)
-}
-
 }  // namespace
 
 Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weight, const void* bias, void* y,
@@ -465,8 +441,12 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
   image.out_w = static_cast<int>(d.out_w);
   image.vec16 = d.w % 4 == 0 && is_aligned(x, 16);
   if (wgmma) {
+    const StemRowPlan plan = plan_stem_rows(d, kRowsConsumers * blocks);
     RowsParams p{image};
-    plan_rows(d, kRowsConsumers * blocks, p);
+    p.strips = static_cast<int>(plan.strips);
+    p.chunk_rows = static_cast<int>(plan.chunk_rows);
+    p.chunks = static_cast<int>(plan.chunks);
+    p.items = static_cast<int>(plan.items);  // <= pooled pixels < 2^30 (validate)
     launch_rows(p, std::min((p.items + kRowsConsumers - 1) / kRowsConsumers, blocks), stream);
     return check_launch("launch_fused_stem", "fused_stem_rows_kernel");
   }

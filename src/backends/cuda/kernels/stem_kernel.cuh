@@ -48,9 +48,9 @@ __device__ __forceinline__ void s2d_pixel(const float* r, __half* v) {
 }
 
 // The row-streaming kernel (stem_rows_sm90.cu). A work item is a strip of up to kRowsStripPooled
-// pooled columns of one image by chunk_rows pooled rows; items are numbered image-major, then
-// chunk, then strip.
-constexpr int kRowsStripPooled = 56, kRowsConsumers = 2;
+// pooled columns of one image by chunk_rows pooled rows (plan_stem_rows, kernel_desc.h); items are
+// numbered image-major, then chunk, then strip.
+constexpr int kRowsStripPooled = static_cast<int>(kStemStripPooled), kRowsConsumers = 2;
 struct RowsParams : StemImage {
   int strips, chunk_rows, chunks, items;  // items = n * chunks * strips
 };
