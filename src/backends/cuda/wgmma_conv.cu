@@ -39,6 +39,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/sm90.cuh"
 #include "cute/arch/copy_sm80.hpp"
 #include "cute/arch/copy_sm90.hpp"
 #include "cute/arch/mma_sm90_desc.hpp"
@@ -91,21 +92,8 @@ struct Params {
   kernels::ActParams act;
 };
 
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-// A no-swizzle K-major wgmma descriptor: start address, leading (K half) and stride (8-row group)
-// offsets, all in bytes.
-__device__ __forceinline__ uint64_t make_desc(const void* smem, int lead_bytes, int stride_bytes) {
-  cute::GmmaDescriptor desc;
-  desc.bitfield.start_address_ = static_cast<uint16_t>(cute::cast_smem_ptr_to_uint(smem) >> 4);
-  desc.bitfield.leading_byte_offset_ = static_cast<uint16_t>(lead_bytes >> 4);
-  desc.bitfield.stride_byte_offset_ = static_cast<uint16_t>(stride_bytes >> 4);
-  desc.bitfield.base_offset_ = 0;
-  desc.bitfield.layout_type_ = static_cast<uint8_t>(cute::SM90::GMMA::LayoutType::INTERLEAVE);
-  return desc.desc_;
-}
+using kernels::sm90::bar_sync;
+using kernels::sm90::make_desc;
 
 struct UnitAt {
   int img, oy0, ox0;

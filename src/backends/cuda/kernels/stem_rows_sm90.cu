@@ -29,11 +29,11 @@
 //   (consumer_rows), so that while one consumer's pool epilogue runs, the other's MMAs keep the
 //   tensor cores busy. setmaxnreg moves registers from the producer to the
 //   consumers (56 / 224).
+#include "backends/cuda/kernels/sm90.cuh"
 #include "backends/cuda/kernels/stem_kernel.cuh"
 
 #include <utility>
 
-#include "cute/arch/mma_sm90_desc.hpp"
 #include "cute/arch/mma_sm90_gmma.hpp"
 #include "cute/arch/mma_sm90_gmma_ext.hpp"
 #include "cutlass/arch/barrier.h"
@@ -70,9 +70,8 @@ using Mma =
     cute::SM90::GMMA::MMA_64x120x16_F32F16F16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 using Barrier = cutlass::arch::ClusterBarrier;
 
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
+using sm90::bar_sync;
+using sm90::make_desc;
 
 __device__ __forceinline__ void bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
@@ -282,15 +281,9 @@ __global__ void __launch_bounds__(128 * (1 + kRowsConsumers), 1) fused_stem_rows
   }
   const float bias[2] = {p.bias == nullptr ? 0.0f : load_bias<__half>(p.bias, p.bias_f32, 16 * ww + g),
                          p.bias == nullptr ? 0.0f : load_bias<__half>(p.bias, p.bias_f32, 16 * ww + g + 8)};
-  // K-major without swizzle: the 8-pixel core matrices 128 bytes apart (SBO), the K halves one
-  // plane apart (LBO).
-  cute::GmmaDescriptor desc;
-  desc.bitfield.start_address_ = static_cast<uint16_t>(cute::cast_smem_ptr_to_uint(ring) >> 4);
-  desc.bitfield.leading_byte_offset_ = kPlaneBytes / 16;
-  desc.bitfield.stride_byte_offset_ = 128 / 16;
-  desc.bitfield.base_offset_ = 0;
-  desc.bitfield.layout_type_ = static_cast<uint8_t>(cute::SM90::GMMA::LayoutType::INTERLEAVE);
-  const uint64_t desc0 = desc.desc_;
+  // The space-to-depth rows as B: the 8-pixel core matrices 128 bytes apart (SBO), the K halves
+  // one plane apart (LBO).
+  const uint64_t desc0 = make_desc(ring, kPlaneBytes, 128);
 
   const float kNone = -CUDART_INF_F;
   // Turns (see consumer_rows): the two consumers issue their rows' MMAs alternately while both
