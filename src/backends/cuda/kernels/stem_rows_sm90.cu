@@ -310,11 +310,13 @@ __global__ void __launch_bounds__(128 * (1 + kRowsConsumers), 1) fused_stem_rows
         const int cx = it.cx0 + 8 * j + 2 * t4 + e;
         valid |= static_cast<uint64_t>(cx >= 0 && cx < p.conv_w) << (3 * j + e);
       }
-    float carry[kPooledBlocks][2], part_max[kPooledBlocks][2];
+    // The vertical pool's running max: after an even convolution row 2 oy, the max of rows
+    // 2 oy - 1 and 2 oy; after an odd row 2 oy + 1, that row alone (the first of pooled row oy + 1).
+    float run[kPooledBlocks][2];
 #pragma unroll
     for (int j = 0; j < kPooledBlocks; ++j)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) carry[j][hh] = part_max[j][hh] = kNone;
+      for (int hh = 0; hh < 2; ++hh) run[j][hh] = kNone;
     for (int r = 0; r < kStemTaps - 1; ++r) Barrier::wait(&full[(q + r) % kRing], ((q + r) / kRing) & 1);
     const int rows = it.cy_hi - it.cy_lo + 1;
 #pragma unroll 1
@@ -377,13 +379,8 @@ __global__ void __launch_bounds__(128 * (1 + kRowsConsumers), 1) fused_stem_rows
       for (int j = 0; j < kPooledBlocks; ++j)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          if (even) {
-            part_max[j][hh] = fmaxf(carry[j][hh], h[j][hh]);
-            out[j][hh] = part_max[j][hh];
-          } else {
-            out[j][hh] = fmaxf(part_max[j][hh], h[j][hh]);
-            carry[j][hh] = h[j][hh];
-          }
+          out[j][hh] = fmaxf(run[j][hh], h[j][hh]);
+          run[j][hh] = even ? out[j][hh] : h[j][hh];
         }
       if (emit) {
         // Bias and ReLU, rounded to float16 into the staging tile (two, alternating: the barrier
