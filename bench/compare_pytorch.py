@@ -377,6 +377,12 @@ class Row:
 # ---- The runs ------------------------------------------------------------------------------------
 
 
+def progress(step: str) -> None:
+    """One stderr line as each column of a cell starts, so that a run stopped by a timeout shows
+    which side it was in (torch.compile's autotuning, gpulab's tactic timing)."""
+    print(f"...   {step} ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
+
+
 def run_torch(args, batch: int, precision: str, reference: torch.Tensor, x_cpu: torch.Tensor) -> Row:
     row = Row(batch, precision)
     dev = torch.device(args.device)
@@ -401,6 +407,7 @@ def run_torch(args, batch: int, precision: str, reference: torch.Tensor, x_cpu: 
     with torch.inference_mode():
         eager_out = None
         if "eager" in args.modes or "graph" in args.modes or "compile" in args.modes:
+            progress("eager")
             try:
                 eager_out = module(x)
                 err = rel_error(eager_out[: reference.shape[0]], reference)
@@ -410,8 +417,10 @@ def run_torch(args, batch: int, precision: str, reference: torch.Tensor, x_cpu: 
             except Exception as e:  # noqa: BLE001
                 row.cells["eager"] = Cell(error=first_line(e))
         if "graph" in args.modes:
+            progress("graph")
             row.cells["graph"] = run_graph(module, x, eager_out, args) if cuda else Cell(error="needs CUDA")
         if "compile" in args.modes:
+            progress("compile: compiling and autotuning, then timing")
             row.cells["compile"] = run_compile(module, x, eager_out, args, timer, batch)
     return row
 
@@ -477,6 +486,7 @@ def run_gpulab(args, batch: int, precision: str, row: Row):
             command += ["--device", args.device.split(":", 1)[1]]
         if args.gpulab_timing_cache:
             command += ["--timing-cache", args.gpulab_timing_cache]
+        progress("gpulab: plan build (tactic timing), then timing")
         try:
             proc = subprocess.run(command, capture_output=True, text=True, timeout=args.gpulab_timeout_s)
         except (OSError, subprocess.TimeoutExpired) as e:
