@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <limits>
 #include <optional>
 #include <vector>
 
@@ -17,13 +16,12 @@
 #include "core/log.h"
 #include "runtime/conv_step.h"
 #include "runtime/step_problems.h"
+#include "runtime/tactic_timing.h"
 
 namespace gpulab {
 
 namespace {
 
-// Timing: one warm-up launch, then kTimedRuns event-timed launches; the median counts.
-constexpr int kTimedRuns = 5;
 // Candidates tried per layer and graph form, in heuristic order (the first few hold the winner
 // in practice; each costs a plan build, which can take a fraction of a second for runtime
 // compiled engines).
@@ -36,10 +34,6 @@ constexpr double kWideSearchMs = 0.25;
 constexpr int64_t kMaxWideCandidates = 16;
 // A candidate asking for more workspace than this is skipped.
 constexpr int64_t kMaxWorkspaceBytes = int64_t{1} << 30;
-// The direct convolution is general but slow (one thread per output): when its first launch
-// already takes this many times the best candidate so far, that launch is its time and it gets
-// no further runs (it cannot win; a 1x1 layer at batch 256 can take ~100 ms per run).
-constexpr double kDirectGiveUpFactor = 4.0;
 
 struct Scratch {
   cuda::DeviceBuffer buffer;
@@ -80,9 +74,10 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   } events{start, stop};
 
   // Median time in ms of `run` on `stream`, or nullopt when it fails to launch or to finish. The
-  // first launch warms up (and is timed): when it alone exceeds `give_up_ms`, it is the result.
+  // first launch warms up (and is timed): when it alone exceeds `give_up_after_ms`, it is the result
+  // (tactic_timing.h).
   auto time_candidate = [&](const std::function<Status()>& run,
-                            double give_up_ms) -> Result<std::optional<double>> {
+                            double give_up_after_ms) -> Result<std::optional<double>> {
     GPULAB_CUDA_TRY(cudaEventRecord(start, stream));
     const Status first = run();
     GPULAB_CUDA_TRY(cudaEventRecord(stop, stream));
@@ -92,9 +87,9 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     }
     float first_ms = 0;
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&first_ms, start, stop));
-    if (first_ms > give_up_ms) return std::optional<double>(first_ms);
+    if (first_ms > give_up_after_ms) return std::optional<double>(first_ms);
     std::vector<float> times;
-    for (int t = 0; t < kTimedRuns; ++t) {
+    for (int t = 0, runs = tactic_timing::timed_runs(first_ms); t < runs; ++t) {
       GPULAB_CUDA_TRY(cudaEventRecord(start, stream));
       const Status ok = run();
       GPULAB_CUDA_TRY(cudaEventRecord(stop, stream));
@@ -202,9 +197,8 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     GPULAB_TRY(fill(b.buffer.get(), static_cast<size_t>(yv.c) * 4));
     const cuda::ConvPointers ptrs{x.buffer.get(), w.buffer.get(), b.buffer.get(), r.buffer.get(),
                                   y.buffer.get()};
-    constexpr double kNoLimit = std::numeric_limits<double>::infinity();
-
-    double best_ms = kNoLimit;
+    using tactic_timing::give_up_ms;
+    double best_ms = tactic_timing::kNoLimit;
     std::string best;
     int rejected = 0, over_workspace = 0, failed = 0;  // why candidates did not get timed
     // Per form: the next candidate index and how many were timed, so that the wide search goes on
@@ -228,7 +222,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
           return launch_conv_step(problem, ConvKernel::kCudnn, {}, conv.get(), libs.cudnn(), ptrs,
                                   ws.buffer.get(), stream);
         };
-        GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms, time_candidate(run, kNoLimit));
+        GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms, time_candidate(run, give_up_ms(best_ms)));
         if (!ms) {
           ++failed;
           continue;
@@ -262,11 +256,11 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
 
     // gpulab's own kernels, timed beside cuDNN's candidates. The direct convolution last, so that
     // a slow first launch can end its timing.
-    auto time_own = [&](ConvKernel kernel, std::string_view tactic, double give_up_ms) -> Status {
+    auto time_own = [&](ConvKernel kernel, std::string_view tactic) -> Status {
       auto run = [&] {
         return launch_conv_step(problem, kernel, tactic, nullptr, nullptr, ptrs, nullptr, stream);
       };
-      GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms, time_candidate(run, give_up_ms));
+      GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms, time_candidate(run, give_up_ms(best_ms)));
       if (!ms) {
         log_info("tactics: {}: {} failed to run", step.name, tactic);
         return Status::ok();
@@ -278,15 +272,16 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       }
       return Status::ok();
     };
-    if (depthwise_ok) GPULAB_TRY(time_own(ConvKernel::kDepthwise, kDepthwiseTactic, kNoLimit));
+    if (depthwise_ok) GPULAB_TRY(time_own(ConvKernel::kDepthwise, kDepthwiseTactic));
     if (cutlass_ok)
       for (std::string_view tactic : cuda::cutlass_conv_tactics())
-        GPULAB_TRY(time_own(ConvKernel::kCutlass, tactic, kNoLimit));
+        GPULAB_TRY(time_own(ConvKernel::kCutlass, tactic));
     if (wgmma_ok)
       for (std::string_view tactic : cuda::wgmma_conv_tactics())
-        GPULAB_TRY(time_own(ConvKernel::kWgmma3x3, tactic, kNoLimit));
-    if (direct_ok && !best.empty())
-      GPULAB_TRY(time_own(ConvKernel::kDirect, kDirectTactic, kDirectGiveUpFactor * best_ms));
+        GPULAB_TRY(time_own(ConvKernel::kWgmma3x3, tactic));
+    // The direct convolution (one thread per output) is general but slow: a 1x1 layer at batch
+    // 256 can take ~100 ms per launch, which the give-up rule ends after one.
+    if (direct_ok && !best.empty()) GPULAB_TRY(time_own(ConvKernel::kDirect, kDirectTactic));
     if (best.empty()) {
       // Nothing else ran: the direct convolution without timing it (it is the only choice).
       log_info("tactics: {}: using the direct convolution", step.name);

@@ -1,0 +1,38 @@
+#include "runtime/tactic_timing.h"
+
+#include <gtest/gtest.h>
+
+namespace gpulab::tactic_timing {
+namespace {
+
+TEST(TacticTiming, TheFirstCandidateIsAlwaysTimedInFull) {
+  EXPECT_EQ(give_up_ms(kNoLimit), kNoLimit);
+  EXPECT_FALSE(100.0 > give_up_ms(kNoLimit));
+}
+
+TEST(TacticTiming, ACandidateFarSlowerThanTheBestStopsAfterItsWarmUp) {
+  // Batch 1024: the best engine so far takes 20 ms; a loser at 95 ms gets no further launches.
+  EXPECT_GT(95.0, give_up_ms(20.0));
+  // gpulab's direct convolution on a 1x1 layer at batch 256: ~100 ms against 0.05 ms.
+  EXPECT_GT(100.0, give_up_ms(0.05));
+}
+
+TEST(TacticTiming, ACandidateThatCouldStillWinIsTimedInFull) {
+  // Within 4x of the best: its warm-up may have been slow, its median may still win.
+  EXPECT_LT(3.9 * 20.0, give_up_ms(20.0));
+  // A fast kernel whose first launch pays a one-time cost (loading its module): 0.8 ms against a
+  // best of 0.05 ms is within the slack.
+  EXPECT_LT(0.8, give_up_ms(0.05));
+}
+
+TEST(TacticTiming, LongCandidatesGetFewerTimedLaunches) {
+  EXPECT_EQ(timed_runs(0.05), kTimedRuns);
+  EXPECT_EQ(timed_runs(kLongMs), kTimedRuns);
+  EXPECT_EQ(timed_runs(25.0), kLongTimedRuns);
+  // An odd count, so that the median is one of the launches.
+  EXPECT_EQ(kTimedRuns % 2, 1);
+  EXPECT_EQ(kLongTimedRuns % 2, 1);
+}
+
+}  // namespace
+}  // namespace gpulab::tactic_timing
