@@ -614,6 +614,17 @@ def parse_args(argv=None):
     return args
 
 
+def write_json(rows: List[Row], args, env: dict) -> None:
+    doc = {"schema": "gpulab.compare_pytorch", "schema_version": 1, "model": args.model,
+           "method": "median of per-iteration CUDA events, inputs on the device, after warm-up",
+           "iters": args.iters, "warmup": args.warmup, "compile_mode": args.compile_mode,
+           "environment": env, "rows": [asdict(r) for r in rows]}
+    tmp = args.json + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2)
+    os.replace(tmp, args.json)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -633,6 +644,7 @@ def main(argv=None) -> int:
         return 2
 
     rows: List[Row] = []
+    env = environment(args) if args.json else None
     gen = torch.Generator().manual_seed(args.seed)
     for batch in args.batches:
         x_cpu = torch.randn(batch, c, h, w, generator=gen)
@@ -649,17 +661,12 @@ def main(argv=None) -> int:
             done = ", ".join(f"{m} {c.ms:.4f} ms" if c.ms is not None else f"{m} n/a ({c.error})"
                              for m, c in row.cells.items())
             print(f"... done batch {batch} {precision}: {done}", file=sys.stderr, flush=True)
+            if args.json:
+                write_json(rows, args, env)  # after every cell, so that a run cut short keeps its rows
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()
 
     print_table(rows, args)
-    if args.json:
-        doc = {"schema": "gpulab.compare_pytorch", "schema_version": 1, "model": args.model,
-               "method": "median of per-iteration CUDA events, inputs on the device, after warm-up",
-               "iters": args.iters, "warmup": args.warmup, "compile_mode": args.compile_mode,
-               "environment": environment(args), "rows": [asdict(r) for r in rows]}
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2)
     failed = [r for r in rows if r.agreement_ok is False]
     if failed:
         print("compare_pytorch: PyTorch's output disagrees with the FP32 reference beyond the tolerance for "
