@@ -3,7 +3,7 @@
 # the gpu-labelled tests, the precision-agreement check on the ImageNet sample set, `gpulab bench`
 # on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
 # Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
-#   OUT=dir STAGES="tests accuracy bench compare compile" bash bench/gpuhost_benchmarks.sh [budget_s]
+#   OUT=dir STAGES="tests accuracy bench compare compile grid" bash bench/gpuhost_benchmarks.sh [budget_s]
 # COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # The data set is read from $GPULAB_DATASET_DIR (default .gpuhost/data/imagenet-sample-256).
@@ -137,5 +137,23 @@ if has compare; then
       > "$out/compare_$(basename "$m" .onnx).txt" 2>&1
     tail -22 "$out/compare_$(basename "$m" .onnx).txt"
   done
+fi
+if has grid; then
+  # bench/grid.py: one compare_pytorch.py run per cell, resumable from the cell files in
+  # GRID_RESULTS (default .gpuhost/grid-results: carry it back in for the next call), spread over
+  # every GPU of the machine. GRID_MODELS picks the models ("r18 mnv2" by default); GRID_ARGS
+  # holds grid.py run's other arguments, e.g.
+  #   GRID_ARGS="--precision fp16 --batch 1024 --modes eager,graph,compile,gpulab --min-start-s 180 -- --iters 30"
+  results=${GRID_RESULTS:-.gpuhost/grid-results}
+  grid_models=()
+  for name in ${GRID_MODELS:-r18 mnv2}; do
+    path=$(model_path "$name") && grid_models+=(--model "$name=$path")
+  done
+  gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
+  # shellcheck disable=SC2086 # GRID_ARGS is a list of arguments
+  python3 bench/grid.py run "${grid_models[@]}" --gpulab "$gpulab" --results "$results" --gpus "$gpus" \
+    --budget-s $(($(left) - 20)) ${GRID_ARGS:-} 2>&1 | tee "$out/grid.log"
+  python3 bench/grid.py table --results "$results" > "$out/grid.md"
+  tar czf "$out/grid-results.tgz" -C "$results" .
 fi
 echo "end at $(($(date +%s) - start)) s"
