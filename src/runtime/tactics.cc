@@ -74,10 +74,10 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   } events{start, stop};
 
   // Median time in ms of `run` on `stream`, or nullopt when it fails to launch or to finish. The
-  // first launch warms up (and is timed): when it alone exceeds `give_up_after_ms`, it is the result
-  // (tactic_timing.h).
-  auto time_candidate = [&](const std::function<Status()>& run,
-                            double give_up_after_ms) -> Result<std::optional<double>> {
+  // first launch warms up. A launch over `give_up_after_ms` ends the timing and is the result
+  // (tactic_timing.h): any timed launch, and the warm-up too when `judge_warm_up`.
+  auto time_candidate = [&](const std::function<Status()>& run, double give_up_after_ms,
+                            bool judge_warm_up) -> Result<std::optional<double>> {
     GPULAB_CUDA_TRY(cudaEventRecord(start, stream));
     const Status first = run();
     GPULAB_CUDA_TRY(cudaEventRecord(stop, stream));
@@ -87,7 +87,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     }
     float first_ms = 0;
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&first_ms, start, stop));
-    if (first_ms > give_up_after_ms) return std::optional<double>(first_ms);
+    if (judge_warm_up && first_ms > give_up_after_ms) return std::optional<double>(first_ms);
     std::vector<float> times;
     for (int t = 0, runs = tactic_timing::timed_runs(first_ms); t < runs; ++t) {
       GPULAB_CUDA_TRY(cudaEventRecord(start, stream));
@@ -97,6 +97,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       if (!ok.is_ok()) return std::optional<double>();
       float ms = 0;
       GPULAB_CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
+      if (ms > give_up_after_ms) return std::optional<double>(ms);
       times.push_back(ms);
     }
     std::sort(times.begin(), times.end());
@@ -222,7 +223,8 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
           return launch_conv_step(problem, ConvKernel::kCudnn, {}, conv.get(), libs.cudnn(), ptrs,
                                   ws.buffer.get(), stream);
         };
-        GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms, time_candidate(run, give_up_ms(best_ms)));
+        GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
+                                time_candidate(run, give_up_ms(best_ms), false));
         if (!ms) {
           ++failed;
           continue;
@@ -256,11 +258,12 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
 
     // gpulab's own kernels, timed beside cuDNN's candidates. The direct convolution last, so that
     // a slow first launch can end its timing.
-    auto time_own = [&](ConvKernel kernel, std::string_view tactic) -> Status {
+    auto time_own = [&](ConvKernel kernel, std::string_view tactic, bool judge_warm_up = false) -> Status {
       auto run = [&] {
         return launch_conv_step(problem, kernel, tactic, nullptr, nullptr, ptrs, nullptr, stream);
       };
-      GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms, time_candidate(run, give_up_ms(best_ms)));
+      GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
+                              time_candidate(run, give_up_ms(best_ms), judge_warm_up));
       if (!ms) {
         log_info("tactics: {}: {} failed to run", step.name, tactic);
         return Status::ok();
@@ -280,8 +283,8 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       for (std::string_view tactic : cuda::wgmma_conv_tactics())
         GPULAB_TRY(time_own(ConvKernel::kWgmma3x3, tactic));
     // The direct convolution (one thread per output) is general but slow: a 1x1 layer at batch
-    // 256 can take ~100 ms per launch, which the give-up rule ends after one.
-    if (direct_ok && !best.empty()) GPULAB_TRY(time_own(ConvKernel::kDirect, kDirectTactic));
+    // 256 can take ~100 ms per launch, so its warm-up alone can end its timing.
+    if (direct_ok && !best.empty()) GPULAB_TRY(time_own(ConvKernel::kDirect, kDirectTactic, true));
     if (best.empty()) {
       // Nothing else ran: the direct convolution without timing it (it is the only choice).
       log_info("tactics: {}: using the direct convolution", step.name);
