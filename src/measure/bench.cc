@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <iterator>
+#include <utility>
 
 #include "core/file_io.h"
 
@@ -54,10 +57,13 @@ Status validate(const BenchOptions& o) {
     return Status::invalid_argument(
         fmt::format("profile iterations: {} is too small. Give 1 or more.", o.profile_iterations));
   }
-  if (!o.json_path.empty() && o.json_path == o.export_times_path) {
-    return Status::invalid_argument(
-        fmt::format("--json and --export-times: both name '{}'. Give two different files.", o.json_path));
-  }
+  const std::pair<const char*, const std::string*> files[] = {
+      {"--json", &o.json_path}, {"--export-times", &o.export_times_path}, {"--save-output", &o.output_path}};
+  for (size_t i = 0; i < std::size(files); ++i)
+    for (size_t j = i + 1; j < std::size(files); ++j)
+      if (!files[i].second->empty() && *files[i].second == *files[j].second)
+        return Status::invalid_argument(fmt::format("{} and {}: both name '{}'. Give two different files.",
+                                                    files[i].first, files[j].first, *files[i].second));
   return Status::ok();
 }
 
@@ -526,6 +532,38 @@ Status export_times_csv(const std::filesystem::path& path, std::span<const Itera
 
 Status write_bench_json(const std::filesystem::path& path, const BenchResult& result) {
   return write_file_atomic(path, to_json(result).dump(2) + "\n").with_context("--json");
+}
+
+void fill_bench_input(std::span<float> values) {
+  uint32_t state = 12345;
+  for (float& v : values) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<float>(state >> 8) / static_cast<float>(1u << 23) - 1.0f;
+  }
+}
+
+Status write_output_npy(const std::filesystem::path& path, const BenchOutput& output) {
+  if (output.batch < 1 || output.classes < 1 ||
+      output.logits.size() != static_cast<size_t>(output.batch * output.classes)) {
+    return Status::invalid_argument(fmt::format("--save-output: {} logits for a batch of {} x {} classes",
+                                                output.logits.size(), output.batch, output.classes));
+  }
+  // Magic, version 1.0, a little-endian uint16 header length, then the header: a Python dict
+  // literal padded with spaces to a multiple of 64 bytes in all, ending in a newline.
+  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}",
+                                   output.batch, output.classes);
+  constexpr size_t kPrefix = 10;  // magic (6), version (2), header length (2)
+  header.append(63 - (kPrefix + header.size()) % 64, ' ');
+  header += '\n';
+  std::string bytes = "\x93NUMPY";
+  bytes += '\x01';
+  bytes += '\x00';
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header;
+  static_assert(std::endian::native == std::endian::little, "the .npy data is written as little-endian");
+  bytes.append(reinterpret_cast<const char*>(output.logits.data()), output.logits.size() * sizeof(float));
+  return write_file_atomic(path, bytes).with_context("--save-output");
 }
 
 }  // namespace gpulab::measure

@@ -38,6 +38,7 @@ struct BenchOptions {
   std::vector<double> percentiles{50, 90, 95, 99};  // each in (0, 100]
   std::string json_path;                            // "" = no JSON file
   std::string export_times_path;                    // "" = no per-iteration CSV
+  std::string output_path;                          // "" = no .npy of the logits (--save-output)
   int device = 0;                                   // CUDA device ordinal
   bool profile = false;         // also time each step of the plan (eager, events between steps)
   int profile_iterations = 20;  // runs per step for the profile's median
@@ -48,8 +49,8 @@ inline constexpr int kMaxStreams = 64;
 
 // Ok, or kInvalidArgument naming the flag, the bad value and what to give instead: batch < 1,
 // negative or non-finite warm-up / duration, min_iterations < 1, streams outside 1..kMaxStreams,
-// no percentiles or one outside (0, 100], device < 0, profile_iterations < 1, the JSON and CSV
-// paths being the same file.
+// no percentiles or one outside (0, 100], device < 0, profile_iterations < 1, two of the JSON,
+// CSV and .npy paths being the same file.
 Status validate(const BenchOptions& options);
 
 // ---- The loop ----------------------------------------------------------------------------------
@@ -150,6 +151,20 @@ struct LayerProfileRow {
 std::vector<LayerProfileRow> make_profile(std::span<const LayerTiming> layers,
                                           const std::optional<Ceilings>& ceilings);
 
+// The input every iteration reads: float32 NCHW, element i of the batch (counting from 0 over
+// the whole batch) the i-th value of a 32-bit LCG, state = state * 1664525 + 1013904223 (mod
+// 2^32) from state 12345, value = (state >> 8) / 2^23 - 1, in [-1, 1). Image j is the same in
+// every batch that has one, so bench/compare_pytorch.py rebuilds the first images to check the
+// logits that --save-output writes (docs/metrics.md).
+void fill_bench_input(std::span<float> values);
+
+// The logits of one inference (the first stream's, after the measurement): --save-output.
+struct BenchOutput {
+  int64_t batch = 0;
+  int64_t classes = 0;
+  std::vector<float> logits;  // batch * classes, row-major
+};
+
 struct BenchResult {
   std::string model;      // the ONNX or plan path benchmarked
   std::string precision;  // "fp16", ...
@@ -171,6 +186,7 @@ struct BenchResult {
   // included) or "load" (a plan file), and the host seconds it took. Empty when not recorded.
   std::string plan_source;
   std::optional<double> plan_seconds;
+  std::optional<BenchOutput> output;  // with options.output_path
 };
 
 // Runs the measurement:
@@ -221,5 +237,8 @@ std::string format_profile(std::span<const LayerProfileRow> rows, const std::opt
 Status export_times_csv(const std::filesystem::path& path, std::span<const IterationTimes> samples);
 // Writes to_json(result) (indented) crash-safe.
 Status write_bench_json(const std::filesystem::path& path, const BenchResult& result);
+// Writes the logits as a NumPy .npy file (format 1.0, little-endian float32, shape (batch,
+// classes)) crash-safe. kInvalidArgument when logits.size() != batch * classes.
+Status write_output_npy(const std::filesystem::path& path, const BenchOutput& output);
 
 }  // namespace gpulab::measure

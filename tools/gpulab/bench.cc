@@ -174,6 +174,10 @@ int run_bench(BenchFlags f, bool precision_given) {
   if (!f.options.export_times_path.empty()) {
     GPULAB_TRY_CLI(measure::export_times_csv(f.options.export_times_path, result.samples));
   }
+  if (!f.options.output_path.empty()) {
+    if (!result.output) GPULAB_TRY_CLI(Status::internal("bench --save-output: the run returned no logits"));
+    GPULAB_TRY_CLI(measure::write_output_npy(f.options.output_path, *result.output));
+  }
   return 0;
 #endif
 }
@@ -221,6 +225,9 @@ void add_bench_command(CLI::App& app) {
   sub->add_option("--json", o.json_path, "Write the result as JSON (schema: docs/metrics.md)");
   sub->add_option("--export-times", o.export_times_path,
                   "Write per-iteration enqueue, H2D, compute, D2H times as CSV");
+  sub->add_option("--save-output", o.output_path,
+                  "Write the logits of one inference as a NumPy .npy file, float32 [batch, classes] "
+                  "(the input: docs/metrics.md)");
   sub->add_option("--device", o.device, "CUDA device ordinal")->capture_default_str();
   sub->add_flag("--profile", o.profile,
                 "Also time each layer (eager, events between steps) against its roofline");

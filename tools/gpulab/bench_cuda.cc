@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,12 +76,8 @@ Status setup_stream(StreamState& s, Engine& engine, int64_t input_elems, int64_t
   GPULAB_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&s.d_logits), out_bytes));
   GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_input), in_bytes));
   GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_logits), out_bytes));
-  // A fixed pseudo-random input in [-1, 1) (LCG): real-looking data, same every run.
-  uint32_t state = 12345;
-  for (int64_t i = 0; i < input_elems; ++i) {
-    state = state * 1664525u + 1013904223u;
-    s.h_input[i] = static_cast<float>(state >> 8) / static_cast<float>(1u << 23) - 1.0f;
-  }
+  // A fixed pseudo-random input in [-1, 1): real-looking data, the same every run.
+  measure::fill_bench_input(std::span<float>(s.h_input, static_cast<size_t>(input_elems)));
   GPULAB_CUDA_TRY(cudaMemcpyAsync(s.d_input, s.h_input, in_bytes, cudaMemcpyHostToDevice, s.stream));
   GPULAB_CUDA_TRY(cudaStreamSynchronize(s.stream));
   for (auto& set : s.events) {
@@ -326,6 +323,16 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
   std::optional<measure::GpuState> start_state, end_state;
   if (request.read_gpu_state) start_state = request.read_gpu_state(options.device);
   GPULAB_ASSIGN_OR_RETURN(measure::BenchResult result, measure::run_bench_loop(options, hooks));
+  if (!options.output_path.empty()) {
+    // The first stream's last inference: every iteration computes the same logits.
+    StreamState& s = *streams.front();
+    GPULAB_CUDA_TRY(cudaStreamSynchronize(s.stream));
+    measure::BenchOutput out{.batch = options.batch, .classes = info.num_classes};
+    out.logits.resize(static_cast<size_t>(logit_elems));
+    GPULAB_CUDA_TRY(
+        cudaMemcpy(out.logits.data(), s.d_logits, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    result.output = std::move(out);
+  }
   result.plan_source = request.plan_path.empty() ? "build" : "load";
   result.plan_seconds = plan_seconds;
   if (request.read_gpu_state) end_state = request.read_gpu_state(options.device);

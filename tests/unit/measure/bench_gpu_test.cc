@@ -8,10 +8,13 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -109,6 +112,43 @@ TEST_F(BenchGpu, EagerWithoutTransfers) {
   EXPECT_DOUBLE_EQ(j.at("metrics").at("latency_ms").at("median").get<double>(),
                    j.at("metrics").at("gpu_compute_ms").at("median").get<double>());
   EXPECT_FALSE(j.at("options").at("cuda_graph").get<bool>());
+}
+
+// The logits of a .npy file that --save-output wrote (format 1.0, float32, 2-D), and its shape.
+std::vector<float> read_npy(const std::filesystem::path& path, std::string* header) {
+  std::ifstream f(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) return {};
+  const size_t len = static_cast<unsigned char>(bytes[8]) | static_cast<unsigned char>(bytes[9]) << 8;
+  *header = bytes.substr(10, len);
+  std::vector<float> out((bytes.size() - 10 - len) / sizeof(float));
+  std::memcpy(out.data(), bytes.data() + 10 + len, out.size() * sizeof(float));
+  return out;
+}
+
+TEST_F(BenchGpu, SavedOutputIsTheSameWithAndWithoutCudaGraph) {
+  const std::string common =
+      "--batch 2 --precision fp32 --warmup-ms 20 --min-duration-s 0.05 --min-iterations 5 "
+      "--no-include-transfers ";
+  bench(common + "--cuda-graph --save-output " + (dir_ / "graph.npy").string(), "graph_out");
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  bench(common + "--no-cuda-graph --save-output " + (dir_ / "eager.npy").string(), "eager_out");
+  std::string graph_header, eager_header;
+  const std::vector<float> graph = read_npy(dir_ / "graph.npy", &graph_header);
+  const std::vector<float> eager = read_npy(dir_ / "eager.npy", &eager_header);
+  EXPECT_NE(graph_header.find("'shape': (2, 1000)"), std::string::npos) << graph_header;
+  ASSERT_EQ(graph.size(), 2u * 1000u);
+  ASSERT_EQ(eager.size(), graph.size());
+  double diff = 0, norm = 0, between_images = 0;
+  for (size_t i = 0; i < graph.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(graph[i])) << i;
+    diff += (graph[i] - eager[i]) * (graph[i] - eager[i]);
+    norm += graph[i] * graph[i];
+    if (i < 1000) between_images += (graph[i] - graph[i + 1000]) * (graph[i] - graph[i + 1000]);
+  }
+  EXPECT_GT(norm, 0);
+  EXPECT_LE(std::sqrt(diff / norm), 1e-6);            // the same kernels, replayed or launched
+  EXPECT_GT(std::sqrt(between_images / norm), 1e-3);  // two different images of the input
 }
 
 }  // namespace

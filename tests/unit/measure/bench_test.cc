@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -200,6 +203,9 @@ TEST(Validate, BadValuesNameTheFlag) {
       {"--percentiles", [](BenchOptions& o) { o.percentiles = {100.1}; }},
       {"--device", [](BenchOptions& o) { o.device = -1; }},
       {"--json and --export-times", [](BenchOptions& o) { o.json_path = o.export_times_path = "x"; }},
+      {"--json and --save-output", [](BenchOptions& o) { o.json_path = o.output_path = "x"; }},
+      {"--export-times and --save-output",
+       [](BenchOptions& o) { o.export_times_path = o.output_path = "x"; }},
   };
   for (const BadOption& c : cases) {
     BenchOptions o;
@@ -445,6 +451,45 @@ TEST(Files, ExportTimesCsvAndJson) {
 
   const Status bad = export_times_csv(dir / "no" / "such" / "dir" / "t.csv", r.samples);
   EXPECT_FALSE(bad.is_ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchInput, IsTheDocumentedLcgAndTheSameForEveryBatch) {
+  // The first values of the sequence docs/metrics.md gives (bench/compare_pytorch.py rebuilds it):
+  // state 12345 -> 1013904223 + 12345 * 1664525 mod 2^32, value (state >> 8) / 2^23 - 1.
+  std::vector<float> batch1(150528), batch2(2 * 150528);
+  fill_bench_input(batch1);
+  fill_bench_input(batch2);
+  EXPECT_FLOAT_EQ(batch1[0], -0.9591946601867676f);
+  EXPECT_FLOAT_EQ(batch1[1], -0.9669044017791748f);
+  EXPECT_FLOAT_EQ(batch1[2], 0.08631157875061035f);
+  EXPECT_TRUE(std::equal(batch1.begin(), batch1.end(), batch2.begin()));  // image 0 of any batch
+  EXPECT_TRUE(std::all_of(batch2.begin(), batch2.end(), [](float v) { return v >= -1.0f && v < 1.0f; }));
+}
+
+TEST(Files, OutputNpyIsNumpyFormatOne) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("gpulab_bench_npy_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  std::filesystem::create_directories(dir);
+  const BenchOutput out{.batch = 2, .classes = 3, .logits = {1.0f, -2.5f, 3.25f, 0.0f, 1e-3f, -7.0f}};
+  ASSERT_TRUE(write_output_npy(dir / "logits.npy", out).is_ok());
+  std::ifstream f(dir / "logits.npy", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_GE(bytes.size(), 10u);
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  const size_t header_len = static_cast<unsigned char>(bytes[8]) | static_cast<unsigned char>(bytes[9]) << 8;
+  EXPECT_EQ((10 + header_len) % 64, 0u);  // the data starts 64-byte aligned
+  const std::string header = bytes.substr(10, header_len);
+  EXPECT_EQ(header.rfind("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 0), 0u) << header;
+  EXPECT_EQ(header.back(), '\n');
+  ASSERT_EQ(bytes.size(), 10 + header_len + 6 * sizeof(float));
+  std::vector<float> back(6);
+  std::memcpy(back.data(), bytes.data() + 10 + header_len, 6 * sizeof(float));
+  EXPECT_EQ(back, out.logits);
+
+  const BenchOutput wrong{.batch = 2, .classes = 3, .logits = {1.0f}};
+  EXPECT_EQ(write_output_npy(dir / "bad.npy", wrong).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(dir / "bad.npy"));
   std::filesystem::remove_all(dir);
 }
 
