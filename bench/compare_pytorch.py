@@ -27,8 +27,10 @@ folded it).
 
 Agreement: PyTorch's output on the GPU at each precision is compared with the same interpreter
 in FP32 on the CPU on the same input (relative L2 error over the first --check-batch images),
-and torch.compile / CUDA-graph outputs with eager's. gpulab's agreement with its reference
-backend is checked by gpulab's own GPU tests (tests/gpu), not here.
+and torch.compile / CUDA-graph outputs with eager's. gpulab's logits (`gpulab bench
+--save-output`) are compared with the same FP32 interpreter on gpulab bench's own input, whose
+first images the script rebuilds (bench_input.py, docs/metrics.md): column "gpulab err". Either
+side above its precision's tolerance is marked "!" and the script exits 1.
 
 Runs with torch 2.x (the GPU host has 2.11) and degrades gracefully: a missing or failing
 torch.compile, CUDA graph or gpulab run is shown as "n/a" with the reason. `--device cpu` times
@@ -60,6 +62,9 @@ import onnx
 from onnx import numpy_helper
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_input import bench_input  # noqa: E402 - beside this script
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -371,6 +376,7 @@ class Row:
     precision: str
     cells: Dict[str, Cell] = field(default_factory=dict)
     agreement_ok: Optional[bool] = None
+    gpulab_agreement_ok: Optional[bool] = None  # gpulab's logits vs the reference on its own input
     gpulab_throughput_ips: Optional[float] = None  # host wall time, from gpulab's JSON
 
 
@@ -471,17 +477,21 @@ def run_compile(module, x, eager_out, args, timer, batch) -> Cell:
         return Cell(error=first_line(e))
 
 
-def run_gpulab(args, batch: int, precision: str, row: Row):
+def run_gpulab(args, batch: int, precision: str, row: Row, reference: Optional[torch.Tensor]):
+    """gpulab bench for the cell; `reference`: the FP32 CPU reference's logits on the first images
+    of gpulab bench's own input (bench_input.py), against which its saved logits are checked."""
     exe = args.gpulab
     if not exe:
         row.cells["gpulab"] = Cell(error="no gpulab binary (pass --gpulab PATH)")
         return
     with tempfile.TemporaryDirectory() as tmp:
         out_json = os.path.join(tmp, "bench.json")
+        out_logits = os.path.join(tmp, "logits.npy")
         command = [exe, "bench", "--model", args.model, "--batch", str(batch), "--precision", precision,
                    "--no-include-transfers", "--cuda-graph", "--warmup-ms", str(args.gpulab_warmup_ms),
                    "--min-duration-s", str(args.gpulab_min_duration_s),
-                   "--min-iterations", str(args.iters), "--percentiles", "50,99", "--json", out_json]
+                   "--min-iterations", str(args.iters), "--percentiles", "50,99", "--json", out_json,
+                   "--save-output", out_logits]
         if args.device.startswith("cuda:"):
             command += ["--device", args.device.split(":", 1)[1]]
         if args.gpulab_timing_cache:
@@ -500,7 +510,13 @@ def run_gpulab(args, batch: int, precision: str, row: Row):
             result = json.load(f)
         ms = result["metrics"]["gpu_compute_ms"]["median"]
         plan = result.get("plan") or {}  # gpulab builds before 2026-12-03 do not report it
-        row.cells["gpulab"] = Cell(ms, batch / ms * 1e3, setup_s=plan.get("seconds"))
+        err = None
+        if reference is not None and os.path.exists(out_logits):
+            logits = torch.from_numpy(np.load(out_logits))
+            n = min(batch, reference.shape[0])
+            err = rel_error(logits[:n], reference[:n])
+            row.gpulab_agreement_ok = err <= TOLERANCE[precision]
+        row.cells["gpulab"] = Cell(ms, batch / ms * 1e3, rel_error=err, setup_s=plan.get("seconds"))
         row.gpulab_throughput_ips = result.get("throughput_ips")
 
 
@@ -524,6 +540,8 @@ def print_table(rows: List[Row], args):
     for m in modes:
         header += f" | {m + ' ms':>11} {m + ' img/s':>14}"
     header += f" | {'gpulab/compile':>14} {'gpulab/eager':>12} | {'rel.err':>8}"
+    if "gpulab" in modes:
+        header += f"   {'gpulab err':>10}"
     print(header)
     print("-" * len(header))
     notes: Dict[str, List[str]] = {}  # "mode: reason" -> cells
@@ -539,7 +557,11 @@ def print_table(rows: List[Row], args):
         eager = r.cells.get("eager")
         err = eager.rel_error if eager else None
         flag = "" if r.agreement_ok in (None, True) else " !"
-        line += f" | {fmt_num(err, '8.1e')}{flag}"
+        line += f" | {fmt_num(err, '8.1e')}{flag:2}"
+        if "gpulab" in modes:
+            gerr = r.cells["gpulab"].rel_error if "gpulab" in r.cells else None
+            gflag = "" if r.gpulab_agreement_ok in (None, True) else " !"
+            line += f" {fmt_num(gerr, '10.1e')}{gflag}"
         print(line)
     print()
     if args.device.startswith("cuda"):
@@ -548,7 +570,9 @@ def print_table(rows: List[Row], args):
         print("ms: median host time per batch on the CPU (perf_counter); img/s = batch / ms.")
     print("rel.err: eager PyTorch vs the FP32 CPU reference, ||out-ref||/||ref||; '!' = above "
           f"{TOLERANCE} for that precision.")
-    print("gpulab's outputs are checked against its reference backend by its own GPU tests.")
+    if "gpulab" in modes:
+        print("gpulab err: gpulab's logits (bench --save-output) vs the same FP32 CPU reference, on gpulab "
+              "bench's own input (docs/metrics.md); '!' = above the same tolerance.")
     setups = []
     for r in rows:
         compile_cell, gpulab_cell = r.cells.get("compile"), r.cells.get("gpulab")
@@ -645,6 +669,11 @@ def main(argv=None) -> int:
 
     rows: List[Row] = []
     env = environment(args) if args.json else None
+    gpulab_reference = None
+    if "gpulab" in args.modes:
+        # The first images of gpulab bench's input are the same at every batch size.
+        with torch.inference_mode():
+            gpulab_reference = reference_module(torch.from_numpy(bench_input(args.check_batch, c, h, w)))
     gen = torch.Generator().manual_seed(args.seed)
     for batch in args.batches:
         x_cpu = torch.randn(batch, c, h, w, generator=gen)
@@ -655,7 +684,7 @@ def main(argv=None) -> int:
             print(f"... batch {batch} {precision}", file=sys.stderr, flush=True)
             row = run_torch(args, batch, precision, reference, x_cpu)
             if "gpulab" in args.modes:
-                run_gpulab(args, batch, precision, row)
+                run_gpulab(args, batch, precision, row, gpulab_reference)
             rows.append(row)
             # One line per finished cell, so that a run cut short still leaves its numbers.
             done = ", ".join(f"{m} {c.ms:.4f} ms" if c.ms is not None else f"{m} n/a ({c.error})"
@@ -671,7 +700,11 @@ def main(argv=None) -> int:
     if failed:
         print("compare_pytorch: PyTorch's output disagrees with the FP32 reference beyond the tolerance for "
               + ", ".join(f"batch {r.batch} {r.precision}" for r in failed), file=sys.stderr)
-    return 1 if failed else 0
+    gpulab_failed = [r for r in rows if r.gpulab_agreement_ok is False]
+    if gpulab_failed:
+        print("compare_pytorch: gpulab's output disagrees with the FP32 reference beyond the tolerance for "
+              + ", ".join(f"batch {r.batch} {r.precision}" for r in gpulab_failed), file=sys.stderr)
+    return 1 if failed or gpulab_failed else 0
 
 
 if __name__ == "__main__":
