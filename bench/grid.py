@@ -201,10 +201,10 @@ def fmt_ips(ips: float) -> str:
 def table_row(precision: str, batch: int, result: Optional[dict]) -> str:
     head = f"| {PRECISION_TITLES.get(precision, precision)} | {batch} |"
     if result is None:
-        return head + " not measured | | | | | | |"
+        return head + " not measured | | | | | | | |"
     if result["status"] != "ok":
         where = f": {result['last_progress'].lstrip('. ')}" if result.get("last_progress") else ""
-        return head + f" {result['status']} after {result['seconds']:.0f} s{where} | | | | | | {result.get('label') or ''} |"
+        return head + f" {result['status']} after {result['seconds']:.0f} s{where} | | | | | | | {result.get('label') or ''} |"
     row = result["compare"]["rows"][0]
     ms = {m: (row["cells"].get(m) or {}).get("ms") for m in MODES}
     text = {m: fmt_ms(ms[m]) if ms[m] is not None or m not in row["cells"] else "n/a" for m in MODES}
@@ -216,7 +216,9 @@ def table_row(precision: str, batch: int, result: Optional[dict]) -> str:
         vs = f"{fastest / ms['gpulab']:.2f}x ({which})"
     gl = f"**{text['gpulab']}**" if ms["gpulab"] is not None else text["gpulab"]
     ips = fmt_ips(batch / ms["gpulab"] * 1e3) if ms["gpulab"] else ""
-    return (head + f" {text['eager']} | {text['graph']} | {text['compile']} | {gl} | {ips} | {vs} |"
+    err = (row["cells"].get("gpulab") or {}).get("rel_error")
+    err_text = "–" if err is None else f"{err:.1e}" + (" !" if row.get("gpulab_agreement_ok") is False else "")
+    return (head + f" {text['eager']} | {text['graph']} | {text['compile']} | {gl} | {ips} | {vs} | {err_text} |"
             f" {result.get('label') or ''} |")
 
 
@@ -234,8 +236,8 @@ def table(results: str, model: str) -> str:
     precisions = [p for p in PRECISIONS if any(k[0] == p for k in found)]
     batches = sorted({k[1] for k in found})
     lines = ["| precision | batch | eager ms | CUDA graph ms | torch.compile ms | gpulab ms | gpulab img/s "
-             "| gpulab vs PyTorch's fastest | run |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| gpulab vs PyTorch's fastest | gpulab rel. error | run |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [table_row(p, b, found.get((p, b))) for p in precisions for b in batches]
     return "\n".join(lines)
 

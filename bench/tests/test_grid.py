@@ -97,7 +97,7 @@ class GridTest(unittest.TestCase):
         self.assertEqual(doc["status"], "ok")
         self.assertFalse(grid.is_done(doc, ["eager", "graph", "gpulab"]))
         self.assertTrue(grid.is_done(doc, ["eager", "graph"]))
-        self.assertEqual(grid.table_row("fp16", 7, doc), "| FP16 | 7 | 3.500 | 2.625 | – | n/a |  | – | t1 |")
+        self.assertEqual(grid.table_row("fp16", 7, doc), "| FP16 | 7 | 3.500 | 2.625 | – | n/a |  | – | – | t1 |")
         rc, out = self.run_grid(batches="7")
         self.assertIn("0 already done, 2 to run", out)
 
@@ -119,10 +119,11 @@ class GridTest(unittest.TestCase):
         lines = text.splitlines()
         self.assertEqual(len(lines), 2 + 4)
         # FP16 before BF16; batch 8: eager 4, graph 3, compile 2, gpulab 1 ms.
-        self.assertEqual(lines[3], "| FP16 | 8 | 4.000 | 3.000 | 2.000 | **1.000** | 8.0k | 2.00x (compile) | t1 |")
+        self.assertEqual(lines[3],
+                         "| FP16 | 8 | 4.000 | 3.000 | 2.000 | **1.000** | 8.0k | 2.00x (compile) | 2.5e-04 | t1 |")
         self.assertTrue(lines[4].startswith("| BF16 | 1 |"))
         for line in lines:
-            self.assertEqual(line.count("|"), 10, line)
+            self.assertEqual(line.count("|"), 11, line)
         self.assertIn("not measured", grid.table_row("fp32", 1, None))
 
     def test_bad_arguments_are_refused(self):
