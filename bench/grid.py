@@ -44,6 +44,12 @@ MODES = ("eager", "graph", "compile", "gpulab")
 PRECISION_TITLES = {"fp32": "FP32", "tf32": "TF32", "fp16": "FP16", "bf16": "BF16"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# The compare runs in flight, so that a signal to this script ends them too: each runs in a process
+# group of its own (for the timeout's kill), which a signal to this script's group would miss.
+_active: set = set()
+_active_lock = threading.Lock()
+_stopping = threading.Event()
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -118,21 +124,28 @@ def run_cell(cell: Cell, args, gpu: Optional[str], timeout_s: float) -> dict:
     start = time.monotonic()
     status, rc = "ok", None
     with open(log_path, "w", encoding="utf-8") as log:
-        # A session of its own, so that a timeout ends gpulab's process too, not only Python.
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # A process group of its own, so that a timeout ends gpulab's process too, not only
+        # Python's. Not a session of its own: whatever ends this script's session ends it too.
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=os.setpgrp)
+        with _active_lock:
+            _active.add(proc)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc)
             proc.wait()
             status = "timeout"
+        finally:
+            with _active_lock:
+                _active.discard(proc)
     seconds = time.monotonic() - start
     compare = None
     if os.path.exists(out_json):
         with open(out_json, encoding="utf-8") as f:
             compare = json.load(f)
         os.remove(out_json)
-    # compare_pytorch.py exits 1 when PyTorch's own output is off its tolerance: the timings stand.
+    # compare_pytorch.py exits 1 when an output (PyTorch's or gpulab's) is off its tolerance: the
+    # timings stand, and the errors are in the table.
     if status == "ok" and (rc not in (0, 1) or not compare or not compare.get("rows")):
         status = "failed"
     return {"schema": "gpulab.grid_cell", "schema_version": 1,
@@ -141,6 +154,23 @@ def run_cell(cell: Cell, args, gpu: Optional[str], timeout_s: float) -> dict:
             "modes": list(args.modes), "label": args.label, "status": status, "exit_code": rc,
             "seconds": round(seconds, 1), "gpu": gpu, "last_progress": last_progress(log_path),
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "compare": compare}
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def stop(signum, _frame) -> None:
+    """SIGTERM/SIGINT: end the compare runs in flight and exit; their cells stay to do."""
+    _stopping.set()
+    with _active_lock:
+        for proc in list(_active):
+            kill_group(proc)
+    print(f"grid: stopped by signal {signum}; the cells in flight were not recorded", flush=True)
+    os._exit(128 + signum)
 
 
 def run(args) -> int:
@@ -163,24 +193,29 @@ def run(args) -> int:
             except queue.Empty:
                 return
             left = deadline - time.monotonic()
-            if left < args.min_start_s:
+            if left < args.min_start_s or _stopping.is_set():
                 with lock:
                     counts["not started"] += 1
                 continue
             with lock:
                 print(f"grid: {cell.name} on GPU {gpu if gpu is not None else '(default)'}", flush=True)
             result = run_cell(cell, args, gpu, min(args.cell_timeout_s, left))
+            if _stopping.is_set():
+                return
             write_json(result_path(args.results, cell), result)
             with lock:
                 counts[result["status"]] += 1
                 print(f"grid: {cell.name} {result['status']} in {result['seconds']:.0f} s"
                       + (f" ({result['last_progress']})" if result["status"] != "ok" else ""), flush=True)
 
-    threads = [threading.Thread(target=worker, args=(g,)) for g in args.gpus]
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in args.gpus]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        while t.is_alive():  # a timed join, so that signals reach the handler promptly
+            t.join(0.5)
     print("grid: " + ", ".join(f"{n} {k}" for k, n in counts.items()), flush=True)
     return 0 if counts["failed"] == 0 else 1
 

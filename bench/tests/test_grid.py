@@ -3,6 +3,8 @@ import glob
 import io
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -14,6 +16,17 @@ sys.path.insert(0, os.path.dirname(HERE))
 import grid  # noqa: E402
 
 FAKE = os.path.join(HERE, "fake_compare.py")
+
+
+def wait_gone(pid: int) -> bool:
+    """Whether process `pid` ends within 5 s (a kill takes a moment to be delivered)."""
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 class GridTest(unittest.TestCase):
@@ -78,14 +91,7 @@ class GridTest(unittest.TestCase):
         self.assertIn("gpulab: plan build", doc["last_progress"])
         with open(pid_file) as f:
             child = int(f.read())
-        for _ in range(50):  # the child is gone once its parent's kill has been delivered
-            try:
-                os.kill(child, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            self.fail("the timed-out run's child process is still running")
+        self.assertTrue(wait_gone(child), "the timed-out run's child process is still running")
         # A timed-out cell is not done: the next run tries it again.
         self.assertFalse(grid.is_done(doc, ["eager"]))
         self.assertIn("timeout after", grid.table_row("fp16", 999, doc))
@@ -100,6 +106,29 @@ class GridTest(unittest.TestCase):
         self.assertEqual(grid.table_row("fp16", 7, doc), "| FP16 | 7 | 3.500 | 2.625 | – | n/a |  | – | – | t1 |")
         rc, out = self.run_grid(batches="7")
         self.assertIn("0 already done, 2 to run", out)
+
+    def test_a_signal_to_the_grid_ends_the_run_in_flight(self):
+        pid_file = os.path.join(self.tmp.name, "child.pid")
+        env = dict(os.environ, FAKE_CHILD_PID_FILE=pid_file)
+        grid_py = os.path.join(os.path.dirname(HERE), "grid.py")
+        proc = subprocess.Popen([sys.executable, grid_py, "run", "--model", f"m={self.model}", "--precision", "fp16",
+                                 "--batch", "999", "--results", self.results, "--compare-script", FAKE],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        for _ in range(200):
+            if os.path.exists(pid_file) and os.path.getsize(pid_file) > 0:
+                break
+            time.sleep(0.05)
+        else:
+            proc.kill()
+            self.fail("the stand-in never started")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 128 + signal.SIGTERM, out)
+        self.assertIn("stopped by signal", out)
+        with open(pid_file) as f:
+            child = int(f.read())
+        self.assertTrue(wait_gone(child), "the run in flight's child process is still running")
+        self.assertFalse(os.path.exists(os.path.join(self.results, "m_fp16_b999.json")))
 
     def test_cells_spread_over_the_gpus_given(self):
         self.run_grid("--gpus", "0,1")
