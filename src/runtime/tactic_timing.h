@@ -8,7 +8,8 @@
 //
 // The rule looks at the first timed launch, not at the warm-up: a warm-up can include loading the
 // kernel's module (lazy loading), which can make a kernel that would win look slow once. Only the
-// direct convolution, which never wins where its warm-up is slow, is judged on its warm-up.
+// direct convolution, which never wins where its warm-up is slow, is judged on its warm-up. Later
+// launches are left to the median, so that one hiccup does not decide.
 #pragma once
 
 #include <limits>
