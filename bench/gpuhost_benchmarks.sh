@@ -14,8 +14,8 @@ start=$(date +%s)
 left() { echo $((budget - ($(date +%s) - start))); }
 has() { [[ "$stages" == *" $1 "* ]]; }
 out=${OUT:-gpuhost-logs}
-# Model names in the lists below: checked before anything is built.
-for cfg in ${BENCH_CONFIGS:-} ${PROFILE_CONFIGS:-} ${COMPARE_MODELS:-}; do
+# Model names in the lists below (and GRID_MODELS): checked before anything is built.
+for cfg in ${BENCH_CONFIGS:-} ${PROFILE_CONFIGS:-} ${COMPARE_MODELS:-} ${GRID_MODELS:-}; do
   case ${cfg%%:*} in
     r18 | mnv2) ;;
     *) echo "gpuhost_benchmarks: unknown model '${cfg%%:*}' in '$cfg' (r18 or mnv2)" >&2; exit 2 ;;

@@ -72,13 +72,25 @@ def result_path(results: str, cell: Cell) -> str:
     return os.path.join(results, cell.name + ".json")
 
 
-def load_result(results: str, cell: Cell) -> Optional[dict]:
+def read_cell_file(path: str) -> Optional[dict]:
+    """A cell file's document, or None for a file that is missing, unreadable or not a cell file."""
     try:
-        with open(result_path(results, cell), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError):
         return None
-    return doc if doc.get("schema") == "gpulab.grid_cell" else None
+    return doc if isinstance(doc, dict) and doc.get("schema") == "gpulab.grid_cell" else None
+
+
+def load_result(results: str, cell: Cell) -> Optional[dict]:
+    return read_cell_file(result_path(results, cell))
+
+
+def load_results(results: str) -> List[dict]:
+    """Every cell file in `results` (other files are passed over)."""
+    docs = [read_cell_file(os.path.join(results, name)) for name in sorted(os.listdir(results))
+            if name.endswith(".json") and not name.endswith(".compare.json")]
+    return [d for d in docs if d]
 
 
 def is_done(result: Optional[dict], modes: List[str]) -> bool:
@@ -257,17 +269,9 @@ def table_row(precision: str, batch: int, result: Optional[dict]) -> str:
             f" {result.get('label') or ''} |")
 
 
-def table(results: str, model: str) -> str:
-    """A Markdown table of every cell of `model` found in `results`."""
-    found: Dict[tuple, dict] = {}
-    for name in sorted(os.listdir(results)):
-        if not name.endswith(".json") or name.endswith(".compare.json"):
-            continue
-        with open(os.path.join(results, name), encoding="utf-8") as f:
-            doc = json.load(f)
-        if doc.get("schema") != "gpulab.grid_cell" or doc["cell"]["model"] != model:
-            continue
-        found[(doc["cell"]["precision"], doc["cell"]["batch"])] = doc
+def table(docs: List[dict], model: str) -> str:
+    """A Markdown table of every cell of `model` among `docs` (load_results)."""
+    found = {(d["cell"]["precision"], d["cell"]["batch"]): d for d in docs if d["cell"]["model"] == model}
     precisions = [p for p in PRECISIONS if any(k[0] == p for k in found)]
     batches = sorted({k[1] for k in found})
     lines = ["| precision | batch | eager ms | CUDA graph ms | torch.compile ms | gpulab ms | gpulab img/s "
@@ -275,20 +279,6 @@ def table(results: str, model: str) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [table_row(p, b, found.get((p, b))) for p in precisions for b in batches]
     return "\n".join(lines)
-
-
-def models_in(results: str) -> List[str]:
-    names = set()
-    for name in os.listdir(results):
-        if name.endswith(".json") and not name.endswith(".compare.json"):
-            try:
-                with open(os.path.join(results, name), encoding="utf-8") as f:
-                    doc = json.load(f)
-            except (OSError, ValueError):
-                continue
-            if doc.get("schema") == "gpulab.grid_cell":
-                names.add(doc["cell"]["model"])
-    return sorted(names)
 
 
 # ---- Command line --------------------------------------------------------------------------------
@@ -353,6 +343,8 @@ def parse_args(argv: List[str]):
         args.precisions, args.batches = args.precision, args.batch
         args.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] or [None]
         args.compare_args = compare_args
+        if os.path.exists(args.results) and not os.path.isdir(args.results):
+            p.error(f"--results '{args.results}': not a folder")
         if args.budget_s <= 0 or args.cell_timeout_s <= 0:
             p.error("--budget-s and --cell-timeout-s must be positive")
     elif compare_args:
@@ -367,8 +359,9 @@ def main(argv=None) -> int:
     if not os.path.isdir(args.results):
         print(f"grid: no folder '{args.results}'", file=sys.stderr)
         return 2
-    for i, model in enumerate(args.model or models_in(args.results)):
-        print(("\n" if i else "") + f"**{model}**\n\n" + table(args.results, model))
+    docs = load_results(args.results)
+    for i, model in enumerate(args.model or sorted({d["cell"]["model"] for d in docs})):
+        print(("\n" if i else "") + f"**{model}**\n\n" + table(docs, model))
     return 0
 
 
