@@ -31,13 +31,16 @@ Status fe_error(fe::error_t e, const std::string& where) {
 std::string conv_signature(const ConvProblem& p) {
   const auto& a = p.attrs;
   return fmt::format(
-      "conv|n{}|c{}|h{}|w{}|k{}|r{}s{}|st{}x{}|pad{},{},{},{}|dil{}x{}|g{}|act{}|clip{},{}|res{}|bias{}{}|{}|"
+      "conv|n{}|c{}|h{}|w{}|k{}|r{}s{}|st{}x{}|pad{},{},{},{}|dil{}x{}|g{}|act{}|clip{},{}|res{}|bias{}{}|{}{"
+      "}|"
       "{}"
       "{}",
       p.n, p.c, p.h, p.w, p.k, a.kernel.h, a.kernel.w, a.stride.h, a.stride.w, a.pads.top, a.pads.left,
       a.pads.bottom, a.pads.right, a.dilation.h, a.dilation.w, a.groups, static_cast<int>(a.activation),
       a.clip_min, a.clip_max, a.has_residual ? 1 : 0, p.has_bias ? 1 : 0, p.bias_float32 ? "f32" : "",
-      dtype_name(p.dtype), precision_name(p.precision), p.fused ? "" : "|unfused");
+      dtype_name(p.dtype),
+      p.x_dtype && *p.x_dtype != p.dtype ? fmt::format("|x{}", dtype_name(*p.x_dtype)) : "",
+      precision_name(p.precision), p.fused ? "" : "|unfused");
 }
 
 struct CudnnConv::Impl {
@@ -54,6 +57,9 @@ namespace {
 
 // Builds the operation graph of `p` (validated, lowered to a backend operation graph).
 Result<std::shared_ptr<fe::graph::Graph>> make_graph(cudnnHandle_t handle, const ConvProblem& p) {
+  if (p.x_dtype && *p.x_dtype != p.dtype)
+    return Status::unsupported(fmt::format("cudnn_conv: x in {} and y in {}: one storage type only.",
+                                           dtype_name(*p.x_dtype), dtype_name(p.dtype)));
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(fe_type(p.dtype))
       .set_intermediate_data_type(fe::DataType_t::FLOAT)

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gpulab/engine.h"
@@ -35,6 +36,9 @@ struct ConvProblem {
   bool has_bias = false;
   DataType dtype = DataType::kFloat32;  // storage type of x, w, residual and y, and of the bias unless:
   bool bias_float32 = false;            // the bias is float32 (BF16 plans keep biases in float32)
+  // x's storage type when it differs from dtype (DirectConvDesc::x_dtype): only gpulab's depthwise
+  // kernel runs such a problem; CudnnConv refuses it.
+  std::optional<DataType> x_dtype;
   Precision precision = Precision::kFp32;
   // false: the cuDNN graph holds the convolution alone and the caller applies bias, residual and
   // activation afterwards (for layers where no fused engine exists or the unfused pair is faster).

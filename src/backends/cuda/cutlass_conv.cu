@@ -96,8 +96,8 @@ std::span<const std::string_view> cutlass_conv_tactics() {
 
 Status validate_cutlass_conv(const DirectConvDesc& d) {
   const auto& a = d.attrs;
-  if (d.dtype != DataType::kFloat16 || d.bias_float32)
-    return Status::unsupported("cutlass_conv: float16 storage with a float16 bias only, not " +
+  if (d.dtype != DataType::kFloat16 || d.bias_float32 || input_dtype(d) != d.dtype)
+    return Status::unsupported("cutlass_conv: float16 storage (x too) with a float16 bias only, not " +
                                std::string(dtype_name(d.dtype)) +
                                (d.bias_float32 ? " with a float32 bias" : "") + ".");
   if (a.groups != 1 || a.dilation.h != 1 || a.dilation.w != 1)

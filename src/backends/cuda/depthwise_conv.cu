@@ -17,6 +17,9 @@
 // registers (two resident blocks per SM). Other shapes run the generic loop (same layout; taps
 // from runtime values).
 // The scalar path (c not a multiple of V, or unaligned pointers) is the same kernel with V = 1.
+// x may be float16/bfloat16 in a float32 layer (DirectConvDesc::x_dtype): V is then the output's
+// (4), x's loads are 8 bytes, and each element converts to float32 as it loads (exactly), so the
+// results equal those of a float32 copy of x without the cast that would write it.
 // Tolerance against the reference: FP32 summation order only.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -99,9 +102,9 @@ __device__ __forceinline__ void load_weights(const float* w_s, int tap_base, int
 
 // KR, KS, KSTRIDE > 0: a square-stride kernel of that size without dilation (register window);
 // all 0: sizes, strides and dilations from Params.
-template <typename T, int V, int PW, int KR, int KS, int KSTRIDE>
+template <typename TX, typename T, int V, int PW, int KR, int KS, int KSTRIDE>
 __global__ void __launch_bounds__(kernels::kThreads, 2)
-    depthwise_conv_kernel(Params p, const T* __restrict__ x, const T* __restrict__ wt,
+    depthwise_conv_kernel(Params p, const TX* __restrict__ x, const T* __restrict__ wt,
                           const void* __restrict__ bias, const T* __restrict__ residual, T* __restrict__ y) {
   extern __shared__ float4 smem_vec[];  // float4: 16-byte alignment for the vector reads
   float* w_s = reinterpret_cast<float*>(smem_vec);
@@ -153,7 +156,7 @@ __global__ void __launch_bounds__(kernels::kThreads, 2)
     for (int r = 0; r < R; ++r) {
       const int ih = ih0 + r * dil_h;
       if (ih < 0 || ih >= p.h) continue;
-      const T* x_row = x + ((n * p.h + ih) * p.w) * p.c + ch;
+      const TX* x_row = x + ((n * p.h + ih) * p.w) * p.c + ch;
       const int tap_row = r * S * tile_c;
       if constexpr (kFixed) {
         constexpr int kCols = (PW - 1) * KSTRIDE + KS;
@@ -162,7 +165,7 @@ __global__ void __launch_bounds__(kernels::kThreads, 2)
         for (int col = 0; col < kCols; ++col) {
           const int iw = iw0 + col;
           if (iw >= 0 && iw < p.w) {
-            load_vec<T, V>(x_row + static_cast<int64_t>(iw) * p.c, win[col]);
+            load_vec<TX, V>(x_row + static_cast<int64_t>(iw) * p.c, win[col]);
           } else {
 #pragma unroll
             for (int i = 0; i < V; ++i) win[col][i] = 0.0f;
@@ -186,7 +189,7 @@ __global__ void __launch_bounds__(kernels::kThreads, 2)
             const int iw = iw0 + j * stride_w + s * dil_w;
             if (iw < 0 || iw >= p.w) continue;
             float xv[V];
-            load_vec<T, V>(x_row + static_cast<int64_t>(iw) * p.c, xv);
+            load_vec<TX, V>(x_row + static_cast<int64_t>(iw) * p.c, xv);
 #pragma unroll
             for (int i = 0; i < V; ++i) acc[j][i] = fmaf(xv[i], wv[i], acc[j][i]);
           }
@@ -215,7 +218,7 @@ __global__ void __launch_bounds__(kernels::kThreads, 2)
   }
 }
 
-template <typename T, int V, int PW, int KR, int KS, int KSTRIDE>
+template <typename TX, typename T, int V, int PW, int KR, int KS, int KSTRIDE>
 Status launch_shape(const DirectConvDesc& d, Params p, const void* x, const void* w, const void* b,
                     const void* res, void* y, cudaStream_t stream) {
   const int64_t taps = d.attrs.kernel.h * d.attrs.kernel.w;
@@ -234,13 +237,14 @@ Status launch_shape(const DirectConvDesc& d, Params p, const void* x, const void
                                                                   std::max<int64_t>(1, kMaxBlocks / tiles)));
   const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(tiles));
   const size_t smem_bytes = static_cast<size_t>(taps * p.tile_cv * V) * sizeof(float);
-  depthwise_conv_kernel<T, V, PW, KR, KS, KSTRIDE>
-      <<<grid, block, smem_bytes, stream>>>(p, static_cast<const T*>(x), static_cast<const T*>(w), b,
+  depthwise_conv_kernel<TX, T, V, PW, KR, KS, KSTRIDE>
+      <<<grid, block, smem_bytes, stream>>>(p, static_cast<const TX*>(x), static_cast<const T*>(w), b,
                                             static_cast<const T*>(res), static_cast<T*>(y));
   return kernels::check_launch("launch_depthwise_conv", "depthwise_conv_kernel");
 }
 
-template <typename T>
+// TX: x's storage type; T: that of the weights, residual and y (and of the arithmetic's inputs).
+template <typename TX, typename T>
 Status launch_typed(const DirectConvDesc& d, const void* x, const void* w, const void* b, const void* res,
                     void* y, cudaStream_t stream) {
   const auto& a = d.attrs;
@@ -265,23 +269,24 @@ Status launch_typed(const DirectConvDesc& d, const void* x, const void* w, const
 
   constexpr int V = kernels::kVec<T>;
   constexpr size_t kAlign = sizeof(Vec<T, V>);
-  const bool vector_ok = d.c % V == 0 && kernels::is_aligned(x, kAlign) && kernels::is_aligned(y, kAlign) &&
+  const bool vector_ok = d.c % V == 0 && kernels::is_aligned(x, sizeof(Vec<TX, V>)) &&
+                         kernels::is_aligned(y, kAlign) &&
                          (!a.has_residual || kernels::is_aligned(res, kAlign));
-  if (!vector_ok) return launch_shape<T, 1, 2, 0, 0, 0>(d, p, x, w, b, res, y, stream);
+  if (!vector_ok) return launch_shape<TX, T, 1, 2, 0, 0, 0>(d, p, x, w, b, res, y, stream);
   // 5x5 at stride 1 with 8-element vectors: 4 pixels would need more than the 128 registers of
   // two resident blocks (ptxas spills).
   constexpr int kPw5x5 = V >= 8 ? 2 : 4;
   const bool square =
       a.kernel.h == a.kernel.w && a.stride.h == a.stride.w && a.dilation.h == 1 && a.dilation.w == 1;
   if (square && a.kernel.h == 3 && a.stride.h == 1)
-    return launch_shape<T, V, 4, 3, 3, 1>(d, p, x, w, b, res, y, stream);
+    return launch_shape<TX, T, V, 4, 3, 3, 1>(d, p, x, w, b, res, y, stream);
   if (square && a.kernel.h == 3 && a.stride.h == 2)
-    return launch_shape<T, V, 2, 3, 3, 2>(d, p, x, w, b, res, y, stream);
+    return launch_shape<TX, T, V, 2, 3, 3, 2>(d, p, x, w, b, res, y, stream);
   if (square && a.kernel.h == 5 && a.stride.h == 1)
-    return launch_shape<T, V, kPw5x5, 5, 5, 1>(d, p, x, w, b, res, y, stream);
+    return launch_shape<TX, T, V, kPw5x5, 5, 5, 1>(d, p, x, w, b, res, y, stream);
   if (square && a.kernel.h == 5 && a.stride.h == 2)
-    return launch_shape<T, V, 2, 5, 5, 2>(d, p, x, w, b, res, y, stream);
-  return launch_shape<T, V, 2, 0, 0, 0>(d, p, x, w, b, res, y, stream);
+    return launch_shape<TX, T, V, 2, 5, 5, 2>(d, p, x, w, b, res, y, stream);
+  return launch_shape<TX, T, V, 2, 0, 0, 0>(d, p, x, w, b, res, y, stream);
 }
 
 }  // namespace
@@ -292,6 +297,12 @@ Status validate_depthwise_conv(const DirectConvDesc& d) {
     return Status::unsupported("depthwise_conv: dtype " + std::string(dtype_name(d.dtype)) +
                                " is not supported (float32, float16, bfloat16 only). Use cuDNN or the direct "
                                "convolution.");
+  const DataType x_dtype = input_dtype(d);
+  if (x_dtype != d.dtype &&
+      (d.dtype != DataType::kFloat32 || (x_dtype != DataType::kFloat16 && x_dtype != DataType::kBFloat16)))
+    return Status::unsupported("depthwise_conv: x in " + std::string(dtype_name(x_dtype)) + " with y in " +
+                               std::string(dtype_name(d.dtype)) +
+                               " is not supported (only float16/bfloat16 x with float32 y). Cast x first.");
   const int64_t sizes[] = {d.n,        d.c,          d.h,          d.w,        d.k,
                            d.out_h,    d.out_w,      a.kernel.h,   a.kernel.w, a.stride.h,
                            a.stride.w, a.dilation.h, a.dilation.w, a.groups};
@@ -343,9 +354,14 @@ Status launch_depthwise_conv(const DirectConvDesc& d, const void* x, const void*
   if (d.attrs.has_residual && !residual)
     return Status::invalid_argument("depthwise_conv: has_residual set but no residual pointer.");
   switch (d.dtype) {
-    case DataType::kFloat32: return launch_typed<float>(d, x, weight, bias, residual, y, stream);
-    case DataType::kFloat16: return launch_typed<__half>(d, x, weight, bias, residual, y, stream);
-    default: return launch_typed<__nv_bfloat16>(d, x, weight, bias, residual, y, stream);
+    case DataType::kFloat32:
+      if (input_dtype(d) == DataType::kBFloat16)
+        return launch_typed<__nv_bfloat16, float>(d, x, weight, bias, residual, y, stream);
+      if (input_dtype(d) == DataType::kFloat16)
+        return launch_typed<__half, float>(d, x, weight, bias, residual, y, stream);
+      return launch_typed<float, float>(d, x, weight, bias, residual, y, stream);
+    case DataType::kFloat16: return launch_typed<__half, __half>(d, x, weight, bias, residual, y, stream);
+    default: return launch_typed<__nv_bfloat16, __nv_bfloat16>(d, x, weight, bias, residual, y, stream);
   }
 }
 

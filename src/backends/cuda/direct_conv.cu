@@ -116,6 +116,9 @@ Status launch_direct_conv(const DirectConvDesc& d, const void* x, const void* we
                                     "x" + std::to_string(d.out_w) + ").");
   if (d.attrs.has_residual && !residual)
     return Status::invalid_argument("direct_conv: has_residual set but no residual pointer.");
+  if (input_dtype(d) != d.dtype)
+    return Status::unsupported("direct_conv: x in " + std::string(dtype_name(input_dtype(d))) + " and y in " +
+                               std::string(dtype_name(d.dtype)) + ": one storage type only. Cast x first.");
   switch (d.dtype) {
     case DataType::kFloat32: return launch_typed<float>(d, x, weight, bias, residual, y, stream);
     case DataType::kFloat16: return launch_typed<__half>(d, x, weight, bias, residual, y, stream);

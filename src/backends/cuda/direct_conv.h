@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "gpulab/status.h"
@@ -20,7 +21,16 @@ struct DirectConvDesc {
   ConvAttrs attrs;                      // kernel, stride, pads, dilation, groups, epilogue
   DataType dtype = DataType::kFloat32;  // x, w, residual and y, and the bias unless:
   bool bias_float32 = false;            // the bias is float32 (BF16 plans keep biases in float32)
+  // x's storage type when it differs from dtype: a float16/bfloat16 value read by a float32 layer
+  // without a cast step (fold_input_casts). Only the depthwise kernel accepts it; the others
+  // refuse a descriptor that sets it.
+  std::optional<DataType> x_dtype;
 };
+
+// x's storage type: desc.x_dtype, else desc.dtype.
+inline DataType input_dtype(const DirectConvDesc& desc) {
+  return desc.x_dtype.value_or(desc.dtype);
+}
 
 // "(n 2, h 56, w 56, c 64, k 64, groups 1, kernel 3x3, stride 1x1, dilation 1x1, out 56x56)", for
 // the messages of the convolution kernels' validators.

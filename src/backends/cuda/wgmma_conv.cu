@@ -457,9 +457,9 @@ Result<int> device_sms() {
 
 Status validate_wgmma_conv(const DirectConvDesc& d) {
   const auto& a = d.attrs;
-  if (d.dtype != DataType::kFloat16)
-    return Status::unsupported("wgmma_conv: float16 storage only, not " + std::string(dtype_name(d.dtype)) +
-                               ".");
+  if (d.dtype != DataType::kFloat16 || input_dtype(d) != d.dtype)
+    return Status::unsupported("wgmma_conv: float16 storage (x too) only, not " +
+                               std::string(dtype_name(d.dtype)) + ".");
   if (d.c != kC || d.k != kC || a.groups != 1)
     return Status::unsupported("wgmma_conv: 64 input and 64 output channels, groups 1, only " + describe(d) +
                                ".");

@@ -60,6 +60,25 @@ DirectConvDesc desc_of(const Case& t, DataType dtype) {
   return d;
 }
 
+// The CPU reference backend's Conv with groups == c on NHWC x, [c][r][s] weights (the plan's KRSC
+// with one channel per group is the ONNX [c, 1, r, s] order), bias (unless !t.bias) and residual
+// (when t.residual): NHWC y.
+std::vector<float> reference_depthwise(const Case& t, const DirectConvDesc& d, const std::vector<float>& x,
+                                       const std::vector<float>& w, const std::vector<float>& b,
+                                       const std::vector<float>& res) {
+  const Nhwc xs{t.n, t.h, t.w, t.c}, ys{t.n, d.out_h, d.out_w, t.c};
+  Node node{.name = "dw", .op = OpType::kConv, .inputs = {"x", "w", t.bias ? "b" : ""}, .outputs = {"y"}};
+  if (t.residual) node.inputs.push_back("r");
+  node.attrs = d.attrs;
+  const Tensor xt = to_nchw_tensor(x, xs);
+  const Tensor wt = Tensor::from_floats(Shape{t.c, 1, t.kernel.h, t.kernel.w}, w);
+  const Tensor bt = Tensor::from_floats(Shape{t.c}, b);
+  const Tensor rt = to_nchw_tensor(res, ys);
+  std::vector<const Tensor*> inputs = {&xt, &wt, t.bias ? &bt : nullptr};
+  if (t.residual) inputs.push_back(&rt);
+  return to_nhwc(run_reference(node, inputs));
+}
+
 void check_depthwise(const Case& t, DataType dtype) {
   const DirectConvDesc d = desc_of(t, dtype);
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n" << t.n << " " << t.h << "x" << t.w << "x"
@@ -77,18 +96,8 @@ void check_depthwise(const Case& t, DataType dtype) {
   const std::vector<float> b = round_to(random_values(t.c, seed + 2), dtype);
   const std::vector<float> res = round_to(random_values(ys.count(), seed + 3), dtype);
 
-  Node node{.name = "dw", .op = OpType::kConv, .inputs = {"x", "w", t.bias ? "b" : ""}, .outputs = {"y"}};
-  if (t.residual) node.inputs.push_back("r");
-  node.attrs = d.attrs;
-  const Tensor xt = to_nchw_tensor(x, xs);
-  const Tensor wt = Tensor::from_floats(Shape{t.c, 1, t.kernel.h, t.kernel.w}, w);
-  const Tensor bt = Tensor::from_floats(Shape{t.c}, b);
-  const Tensor rt = to_nchw_tensor(res, ys);
-  std::vector<const Tensor*> inputs = {&xt, &wt, t.bias ? &bt : nullptr};
-  if (t.residual) inputs.push_back(&rt);
-  const Tensor ref = run_reference(node, inputs);
-  ASSERT_EQ(ref.shape(), (Shape{t.n, t.c, d.out_h, d.out_w}));
-  const std::vector<float> expected = to_nhwc(ref);
+  const std::vector<float> expected = reference_depthwise(t, d, x, w, b, res);
+  ASSERT_EQ(expected.size(), static_cast<size_t>(ys.count()));
 
   DeviceBuffer dx(encode(x, dtype), t.x_offset_bytes), dw(encode(w, dtype)), db(encode(b, dtype));
   DeviceBuffer dr(encode(res, dtype)), dy(ys.count() * dtype_size(dtype));
@@ -208,6 +217,66 @@ TEST(DepthwiseConvGpu, ScalarPath) {
                      .x_offset_bytes = dtype_size(dtype)},
                     dtype);
   }
+}
+
+// A float32 layer reading float16/bfloat16 x directly (DirectConvDesc::x_dtype, a folded cast):
+// bit for bit what it computes from a float32 copy of the same x, and within float32's
+// tolerance of the reference.
+void check_mixed_input(const Case& t, DataType x_dtype) {
+  const DataType dtype = DataType::kFloat32;
+  DirectConvDesc d = desc_of(t, dtype);
+  SCOPED_TRACE(::testing::Message() << "x " << dtype_name(x_dtype) << " n" << t.n << " " << t.h << "x" << t.w
+                                    << "x" << t.c << " kernel " << t.kernel.h << "x" << t.kernel.w
+                                    << " stride " << t.stride.h << " x offset " << t.x_offset_bytes);
+  const Nhwc xs{t.n, t.h, t.w, t.c}, ys{t.n, d.out_h, d.out_w, t.c};
+  const uint32_t seed = static_cast<uint32_t>(t.c * 17 + t.w);
+  const std::vector<float> x = round_to(random_values(xs.count(), seed), x_dtype);
+  const std::vector<float> w = random_values(t.c * t.kernel.h * t.kernel.w, seed + 1, 0.5f);
+  const std::vector<float> b = random_values(t.c, seed + 2);
+  const std::vector<float> res = random_values(ys.count(), seed + 3);
+
+  const std::vector<float> expected = reference_depthwise(t, d, x, w, b, res);
+
+  DeviceBuffer dx16(encode(x, x_dtype), t.x_offset_bytes), dx32(encode(x, dtype));
+  DeviceBuffer dw(encode(w, dtype)), db(encode(b, dtype)), dr(encode(res, dtype));
+  DeviceBuffer y_mixed(ys.count() * 4), y_float(ys.count() * 4);
+  const void* r = t.residual ? dr.get() : nullptr;
+  ASSERT_TRUE(launch_depthwise_conv(d, dx32.get(), dw.get(), db.get(), r, y_float.get(), nullptr).is_ok());
+  d.x_dtype = x_dtype;
+  ASSERT_TRUE(validate_depthwise_conv(d).is_ok()) << validate_depthwise_conv(d).to_string();
+  const Status s = launch_depthwise_conv(d, dx16.get(), dw.get(), db.get(), r, y_mixed.get(), nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  expect_synced();
+  const std::vector<std::byte> mixed = y_mixed.download();
+  EXPECT_TRUE(mixed == y_float.download()) << "not bitwise equal to the float32-x result";
+  expect_close(decode(mixed, dtype), expected, dtype);
+  EXPECT_TRUE(y_mixed.tail_untouched()) << "wrote past the end of y";
+}
+
+TEST(DepthwiseConvGpu, SixteenBitInputIntoFloat32Layer) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  for (DataType x_dtype : {DataType::kBFloat16, DataType::kFloat16}) {
+    // MobileNetV2's stride-1 and stride-2 layers, 5x5, a generic window, the scalar path (c not a
+    // multiple of 4) and x off its 8-byte vector alignment.
+    check_mixed_input({.n = 2, .h = 56, .w = 56, .c = 144, .activation = Activation::kClip}, x_dtype);
+    check_mixed_input({.n = 2, .h = 28, .w = 28, .c = 192, .stride = {2, 2}, .activation = Activation::kClip},
+                      x_dtype);
+    check_mixed_input({.n = 1, .h = 14, .w = 14, .c = 72, .kernel = {5, 5}, .pads = {2, 2, 2, 2}}, x_dtype);
+    check_mixed_input({.n = 1, .h = 13, .w = 15, .c = 40, .kernel = {7, 7}, .pads = {3, 3, 3, 3}}, x_dtype);
+    check_mixed_input({.n = 2, .h = 9, .w = 11, .c = 21, .activation = Activation::kRelu, .residual = true},
+                      x_dtype);
+    check_mixed_input({.n = 1, .h = 14, .w = 14, .c = 32, .x_offset_bytes = 2}, x_dtype);
+  }
+  // Other pairings are refused with a message.
+  DirectConvDesc d = desc_of({.n = 1, .h = 8, .w = 8, .c = 16}, DataType::kFloat16);
+  d.x_dtype = DataType::kFloat32;
+  const Status s = validate_depthwise_conv(d);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("float32 y"), std::string::npos) << s.message();
+  d = desc_of({.n = 1, .h = 8, .w = 8, .c = 16}, DataType::kFloat32);
+  d.x_dtype = DataType::kBFloat16;
+  EXPECT_EQ(launch_direct_conv(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr).code(),
+            StatusCode::kUnsupported);
 }
 
 TEST(DepthwiseConvGpu, AgreesWithDirectConvolution) {
