@@ -52,6 +52,10 @@ struct BuildOptions {
   // Run that space-to-depth stem, its ReLU and the max pool after it as one kernel (FP16 plans,
   // sm_80 and newer; ResNet's stem): the convolution's output never reaches global memory.
   bool fuse_stem = true;
+  // Let a float32 (FP32/TF32) depthwise layer in an FP16/BF16 plan read its 16-bit input directly
+  // instead of through a float32 copy (fold_input_casts; the same values, less memory traffic):
+  // the BF16 policy's MobileNetV2 depthwise layers.
+  bool fold_input_casts = true;
 };
 
 // One step of a plan, for reports (inspect, bench --profile).

@@ -510,6 +510,48 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
   return std::move(low.plan);
 }
 
+int fold_input_casts(Plan& plan, const std::function<bool(const PlanStep& conv)>& reads_directly) {
+  int folded = 0;
+  for (size_t i = 0; i < plan.steps.size();) {
+    const PlanStep& cast = plan.steps[i];
+    const auto is_16bit = [](DataType t) { return t == DataType::kFloat16 || t == DataType::kBFloat16; };
+    if (cast.kind != StepKind::kCast || cast.inputs.size() != 1 || cast.output < 0 ||
+        plan.values[cast.output].dtype != DataType::kFloat32 ||
+        !is_16bit(plan.values[cast.inputs[0]].dtype)) {
+      ++i;
+      continue;
+    }
+    const int from = cast.inputs[0], copy = cast.output;
+    std::vector<size_t> readers;
+    bool foldable = true;
+    for (size_t j = 0; j < plan.steps.size() && foldable; ++j) {
+      const PlanStep& s = plan.steps[j];
+      for (size_t k = 0; k < s.inputs.size(); ++k) {
+        if (s.inputs[k] != copy) continue;
+        if (s.kind != StepKind::kConv || k != 0) {
+          foldable = false;
+          break;
+        }
+        PlanStep rewired = s;
+        rewired.inputs[0] = from;
+        if (!reads_directly(rewired)) {
+          foldable = false;
+          break;
+        }
+        readers.push_back(j);
+      }
+    }
+    if (!foldable || readers.empty()) {
+      ++i;
+      continue;
+    }
+    for (size_t j : readers) plan.steps[j].inputs[0] = from;
+    plan.steps.erase(plan.steps.begin() + static_cast<std::ptrdiff_t>(i));
+    ++folded;
+  }
+  return folded;
+}
+
 bool fuse_stem_pool(Plan& plan, const std::function<bool(const PlanStep& stem)>& supported) {
   if (plan.steps.size() < 4) return false;
   const PlanStep& in = plan.steps[0];

@@ -57,6 +57,15 @@ std::optional<StemRewrite> stem_space_to_depth(const Graph& graph, const BuildOp
 // plan.values (fused_values) but are no longer written. Returns whether it rewrote the plan.
 bool fuse_stem_pool(Plan& plan, const std::function<bool(const PlanStep& stem)>& supported);
 
+// Removes kCast steps that turn a float16/bfloat16 value into float32 for convolutions alone,
+// when `reads_directly` accepts each of them reading the 16-bit value itself (inputs[0] rewired;
+// the runtime asks its depthwise kernel, which converts x as it loads it). Float16/bfloat16 to
+// float32 is exact, so the plan computes the same values without writing and reading the float32
+// copy; the copy stays in plan.values, unwritten (no memory). In the BF16 policy's MobileNetV2,
+// each depthwise layer in TF32 reads its BF16 expansion this way. A cast with another reader (a
+// residual, a pooling step) stays. Returns the number of casts removed.
+int fold_input_casts(Plan& plan, const std::function<bool(const PlanStep& conv)>& reads_directly);
+
 // The precision policy: layers a plan of `precision` computes in another precision unless
 // BuildOptions::layer_precision names them (NAME=<plan precision> opts a layer out). BF16 plans
 // run in TF32 (float32 weights, bias and output; tensor cores with 10-bit inputs) the

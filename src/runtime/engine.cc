@@ -11,6 +11,7 @@
 #include <random>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernels/kernels.h"
 #include "core/log.h"
@@ -82,6 +83,12 @@ class EngineImpl final : public Engine {
       if (const Status s = check_conv_tactic(step.tactic); !s.is_ok())
         return Status::unsupported(
             fmt::format("plan: step {}: {} Rebuild the plan with `gpulab build`.", step.name, s.message()));
+      const DataType x = plan.values[step.inputs[0]].dtype, y = plan.values[step.output].dtype;
+      if (x != y && step.tactic != kDepthwiseTactic)
+        return Status::unsupported(fmt::format(
+            "plan: step {} reads {} into a {} convolution, which only the \"{}\" tactic does, not \"{}\". "
+            "The file is corrupt or was not written by gpulab; rebuild it with `gpulab build`.",
+            step.name, dtype_name(x), dtype_name(y), kDepthwiseTactic, step.tactic));
     }
     auto e = std::shared_ptr<EngineImpl>(new EngineImpl());
     e->device_ = device;
@@ -540,6 +547,13 @@ Result<std::shared_ptr<Engine>> build_engine_from_graph(const Graph& graph, cons
     if (fused)
       log_info("build: {} runs as one fused kernel (space-to-depth, convolution, ReLU, max pool)",
                plan.steps.front().name);
+  }
+  if (options.fold_input_casts) {
+    const int folded = fold_input_casts(plan, [&](const PlanStep& conv) {
+      return cuda::depthwise_conv_supports(direct_conv_desc(conv_problem(plan, conv, plan.max_batch)));
+    });
+    if (folded > 0)
+      log_info("build: {} float32 casts folded into the depthwise convolutions that read them", folded);
   }
   TimingCache cache;
   if (!options.timing_cache_path.empty()) {

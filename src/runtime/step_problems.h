@@ -27,6 +27,7 @@ inline cuda::ConvProblem conv_problem(const Plan& plan, const PlanStep& step, in
   p.bias_float32 =
       p.has_bias && plan.weights[step.bias].dtype == DataType::kFloat32 && y.dtype != DataType::kFloat32;
   p.precision = step.precision;
+  if (x.dtype != y.dtype) p.x_dtype = x.dtype;  // a cast folded into the step (fold_input_casts)
   return p;
 }
 
@@ -42,6 +43,7 @@ inline cuda::DirectConvDesc direct_conv_desc(const cuda::ConvProblem& p) {
   d.attrs = p.attrs;
   d.dtype = p.dtype;
   d.bias_float32 = p.bias_float32;
+  d.x_dtype = p.x_dtype;
   return d;
 }
 

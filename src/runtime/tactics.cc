@@ -120,6 +120,16 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     }
     if (step.kind != StepKind::kConv) continue;
     const cuda::ConvProblem problem = conv_problem(plan, step, plan.max_batch);
+    if (problem.x_dtype) {
+      // A folded cast (fold_input_casts): the depthwise kernel is the one kernel that reads x in
+      // another type than y, so there is nothing to time.
+      if (const Status s = cuda::validate_depthwise_conv(direct_conv_desc(problem)); !s.is_ok())
+        return Status::internal(fmt::format("tactics: {} reads its {} input directly, but {}", step.name,
+                                            dtype_name(*problem.x_dtype), s.message()));
+      step.tactic = std::string(kDepthwiseTactic);
+      ++report.own_kernel_layers;
+      continue;
+    }
     const std::string key = TimingCache::make_key(cuda::conv_signature(problem), target);
     if (cache) {
       const TimingEntry* hit = cache->find(key);

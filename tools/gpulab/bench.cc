@@ -38,6 +38,7 @@ struct BenchFlags {
   std::string timing_cache_path;
   bool no_stem_space_to_depth = false;
   bool no_fuse_stem = false;
+  bool no_fold_casts = false;
   bool ceilings = false;
   std::string command_line;
 };
@@ -155,6 +156,7 @@ int run_bench(BenchFlags f, bool precision_given) {
   request.timing_cache_path = f.timing_cache_path;
   request.stem_space_to_depth = !f.no_stem_space_to_depth;
   request.fuse_stem = !f.no_fuse_stem;
+  request.fold_input_casts = !f.no_fold_casts;
   request.measure_ceilings = f.ceilings;
 #ifdef GPULAB_BENCH_TELEMETRY
   request.read_gpu_state = read_gpu_state;
@@ -205,6 +207,9 @@ void add_bench_command(CLI::App& app) {
   sub->add_flag("--no-fuse-stem", flags->no_fuse_stem,
                 "Build (--model) with the stem's input conversion, convolution and max pool as three "
                 "steps instead of one fused kernel, to compare");
+  sub->add_flag("--no-fold-casts", flags->no_fold_casts,
+                "Build (--model) with a float32 copy of each 16-bit input a float32 depthwise layer reads "
+                "(BF16 MobileNetV2) instead of reading it directly, to compare");
   sub->add_option("--batch", o.batch, "Images per inference")->capture_default_str();
   sub->add_option("--warmup-ms", o.warmup_ms, "Warm-up before measuring, milliseconds of host time")
       ->capture_default_str();

@@ -19,6 +19,7 @@ struct EngineBenchRequest {
   std::string timing_cache_path;    // "" = none
   bool stem_space_to_depth = true;  // BuildOptions::stem_space_to_depth
   bool fuse_stem = true;            // BuildOptions::fuse_stem
+  bool fold_input_casts = true;     // BuildOptions::fold_input_casts
   bool measure_ceilings = false;    // --ceilings: device copy bandwidth and GEMM rate
   // Reads clocks, power and clock-event reasons of a CUDA device through NVML (the CLI
   // provides it when telemetry is built); empty or nullopt: not recorded.

@@ -20,6 +20,7 @@ void add_build_command(CLI::App& app) {
     bool no_tactic_timing = false;
     bool no_stem_space_to_depth = false;
     bool no_fuse_stem = false;
+    bool no_fold_casts = false;
     int device = 0;
   };
   auto opts = std::make_shared<Options>();
@@ -40,6 +41,9 @@ void add_build_command(CLI::App& app) {
   sub->add_flag("--no-fuse-stem", opts->no_fuse_stem,
                 "Keep the stem's input conversion, convolution and max pool as three steps (no fused "
                 "stem kernel)");
+  sub->add_flag("--no-fold-casts", opts->no_fold_casts,
+                "Keep the float32 copy of each 16-bit input a float32 depthwise layer reads (BF16 "
+                "MobileNetV2) instead of reading it directly");
   sub->add_option("--device", opts->device, "CUDA device ordinal");
   on_run(sub, [opts]() -> int {
     BuildOptions options;
@@ -51,6 +55,7 @@ void add_build_command(CLI::App& app) {
     options.time_tactics = !opts->no_tactic_timing;
     options.stem_space_to_depth = !opts->no_stem_space_to_depth;
     options.fuse_stem = !opts->no_fuse_stem;
+    options.fold_input_casts = !opts->no_fold_casts;
     options.device = opts->device;
     for (const auto& item : opts->layer_precision) {
       const auto eq = item.find('=');

@@ -8,6 +8,7 @@
 
 #include "plan/interpret.h"
 #include "plan/lower.h"
+#include "plan/memory_plan.h"
 
 namespace gpulab {
 namespace {
@@ -216,6 +217,76 @@ TEST(PrecisionPolicy, Bf16PlanWithPolicyInterprets) {
   const ErrorStats e = compare(*mixed, *exact);
   EXPECT_EQ(e.non_finite, 0);
   EXPECT_LT(e.rel_l2, 2e-2);
+}
+
+// fold_input_casts: the BF16 policy's depthwise layer reads the BF16 expansion itself, and the
+// plan computes bitwise what it did with the float32 copy (BF16 -> FP32 is exact).
+TEST(FoldInputCasts, DepthwiseReadsTheBf16ValueWithTheSameResults) {
+  const Graph g = block_classifier();
+  const Plan before = lower_or_die(g, Precision::kBf16);
+  Plan after = before;
+  const auto grouped = [](const PlanStep& conv) { return conv.conv.groups > 1; };
+  EXPECT_EQ(fold_input_casts(after, grouped), 1);
+  EXPECT_EQ(after.steps.size(), before.steps.size() - 1);
+  const auto step_named = [](const Plan& plan, const std::string& name) -> const PlanStep& {
+    for (const auto& s : plan.steps)
+      if (s.name == name) return s;
+    ADD_FAILURE() << "no step " << name;
+    return plan.steps.front();
+  };
+  const PlanStep& expand = step_named(after, "expand");
+  const PlanStep& dw = step_named(after, "dw");
+  EXPECT_EQ(dw.inputs[0], expand.output);
+  EXPECT_EQ(after.values[dw.inputs[0]].dtype, DataType::kBFloat16);
+  EXPECT_EQ(after.values[dw.output].dtype, DataType::kFloat32);
+  EXPECT_TRUE(after.validate().is_ok());
+  const auto in = input_floats(2);
+  auto y_before = interpret_plan(before, in, 2);
+  auto y_after = interpret_plan(after, in, 2);
+  ASSERT_TRUE(y_before.is_ok() && y_after.is_ok());
+  EXPECT_EQ(*y_after, *y_before);
+  // The copy takes no memory once no step writes it.
+  const std::vector<BufferRequest> life = value_lifetimes(after, 2);
+  EXPECT_EQ(life[step_named(before, "dw").inputs[0]].bytes, 0);
+  // Nothing to fold the second time, and nothing when the runtime cannot read 16-bit x.
+  EXPECT_EQ(fold_input_casts(after, grouped), 0);
+  Plan refused = before;
+  EXPECT_EQ(fold_input_casts(refused, [](const PlanStep&) { return false; }), 0);
+  EXPECT_EQ(refused.steps.size(), before.steps.size());
+}
+
+// Only casts to float32 whose every reader is a convolution's x are folded: in an FP16 plan with
+// the depthwise layer and the projection overridden to FP32, the expansion's copy goes, the stem
+// output's copy (the projection's residual) stays, and so does the projection output's cast back
+// to FP16 (a rounding, not an exact widening).
+TEST(FoldInputCasts, KeepsCastsOtherReadersNeed) {
+  const Graph g = block_classifier();
+  const Plan before =
+      lower_or_die(g, Precision::kFp16, {{"dw", Precision::kFp32}, {"project", Precision::kFp32}});
+  int casts_before = 0;
+  for (const auto& s : before.steps) casts_before += s.kind == StepKind::kCast;
+  EXPECT_EQ(casts_before, 3);
+  Plan after = before;
+  EXPECT_EQ(fold_input_casts(after, [](const PlanStep&) { return true; }), 1);
+  int casts_after = 0, stem_output = -1, expand_output = -1;
+  for (const auto& s : after.steps) {
+    casts_after += s.kind == StepKind::kCast;
+    if (s.name == "stem") stem_output = s.output;
+    if (s.name == "expand") expand_output = s.output;
+  }
+  for (const auto& s : after.steps) {
+    if (s.name == "dw") {
+      EXPECT_EQ(s.inputs[0], expand_output);
+    }
+    if (s.kind == StepKind::kCast && after.values[s.output].dtype == DataType::kFloat32) {
+      EXPECT_EQ(s.inputs[0], stem_output) << s.name;
+    }
+  }
+  EXPECT_EQ(casts_after, 2);
+  auto y_before = interpret_plan(before, input_floats(2), 2);
+  auto y_after = interpret_plan(after, input_floats(2), 2);
+  ASSERT_TRUE(y_before.is_ok() && y_after.is_ok());
+  EXPECT_EQ(*y_after, *y_before);
 }
 
 }  // namespace

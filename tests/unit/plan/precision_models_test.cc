@@ -158,6 +158,12 @@ void check_bf16_plan(bool photos, double without_policy_min) {
   EXPECT_GT(e_plain, 2.5 * e_mixed);
   EXPECT_LE(e_mixed, 1.2e-2);  // the bound is 3e-2; the margin covers GPU tactics that round more
   EXPECT_EQ(fp32_convs, 35);   // 17 depthwise + 17 projections + the stem
+  // The runtime folds the casts before the depthwise layers (their x is BF16, widened exactly as
+  // the kernel loads it): the plan computes the same values.
+  Plan folded = *mixed;
+  EXPECT_EQ(fold_input_casts(folded, [](const PlanStep& conv) { return conv.conv.groups > 1; }), 16)
+      << "every depthwise layer but the first, which reads the TF32 stem's float32 output";
+  EXPECT_EQ(emulated_error(*f, folded, {}), e_mixed);
 }
 
 // All-BF16 plans (float32 biases) emulate at 2.6e-2 (photos) and 3.9e-2 (random input); with
