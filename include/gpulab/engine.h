@@ -56,6 +56,9 @@ struct BuildOptions {
   // instead of through a float32 copy (fold_input_casts; the same values, less memory traffic):
   // the BF16 policy's MobileNetV2 depthwise layers.
   bool fold_input_casts = true;
+  // cuDNN candidates asking for more workspace than this are skipped (trtexec's
+  // --memPoolSize=workspace:N). A context allocates one workspace, the largest its steps chose.
+  int64_t max_workspace_bytes = int64_t{1} << 30;
 };
 
 // One step of a plan, for reports (inspect, bench --profile).

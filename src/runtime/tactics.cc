@@ -32,8 +32,6 @@ constexpr int64_t kMaxUnfusedCandidates = 3;
 // every FP32 layer).
 constexpr double kWideSearchMs = 0.25;
 constexpr int64_t kMaxWideCandidates = 16;
-// A candidate asking for more workspace than this is skipped.
-constexpr int64_t kMaxWorkspaceBytes = int64_t{1} << 30;
 
 struct Scratch {
   cuda::DeviceBuffer buffer;
@@ -77,13 +75,17 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   // first launch warms up. The first timed launch, or the warm-up when `judge_warm_up`, ends the
   // timing when it exceeds `give_up_after_ms`, and is the result (tactic_timing.h); a later slow
   // launch is left to the median.
-  auto time_candidate = [&](const std::function<Status()>& run, double give_up_after_ms,
-                            bool judge_warm_up) -> Result<std::optional<double>> {
+  // A failure is logged (debug) as "tactics: <what> failed to run: <why>".
+  auto time_candidate = [&](const std::function<Status()>& run, double give_up_after_ms, bool judge_warm_up,
+                            const std::string& what) -> Result<std::optional<double>> {
     GPULAB_CUDA_TRY(cudaEventRecord(start, stream));
     const Status first = run();
     GPULAB_CUDA_TRY(cudaEventRecord(stop, stream));
-    if (!first.is_ok() || cudaEventSynchronize(stop) != cudaSuccess) {
+    const cudaError_t synced = first.is_ok() ? cudaEventSynchronize(stop) : cudaSuccess;
+    if (!first.is_ok() || synced != cudaSuccess) {
       cudaGetLastError();
+      log_debug("tactics: {} failed to run: {}", what,
+                first.is_ok() ? cudaGetErrorString(synced) : first.message());
       return std::optional<double>();
     }
     float first_ms = 0;
@@ -95,7 +97,10 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       const Status ok = run();
       GPULAB_CUDA_TRY(cudaEventRecord(stop, stream));
       GPULAB_CUDA_TRY(cudaEventSynchronize(stop));
-      if (!ok.is_ok()) return std::optional<double>();
+      if (!ok.is_ok()) {
+        log_debug("tactics: {} failed to run: {}", what, ok.message());
+        return std::optional<double>();
+      }
       float ms = 0;
       GPULAB_CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
       if (t == 0 && ms > give_up_after_ms) return std::optional<double>(ms);
@@ -130,7 +135,12 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       ++report.own_kernel_layers;
       continue;
     }
-    const std::string key = TimingCache::make_key(cuda::conv_signature(problem), target);
+    // A workspace limit other than the default can change the winner: it is part of the key.
+    const std::string key = TimingCache::make_key(
+        cuda::conv_signature(problem) + (options.max_workspace_bytes == BuildOptions{}.max_workspace_bytes
+                                             ? ""
+                                             : fmt::format("|ws{}", options.max_workspace_bytes)),
+        target);
     if (cache) {
       const TimingEntry* hit = cache->find(key);
       if (hit && check_conv_tactic(hit->tactic).is_ok()) {
@@ -182,7 +192,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       step.tactic.clear();
       for (auto& conv : forms) {
         for (int64_t i = 0; i < conv->candidate_count() && step.tactic.empty(); ++i)
-          if (conv->select(i).is_ok() && conv->workspace_bytes() <= kMaxWorkspaceBytes)
+          if (conv->select(i).is_ok() && conv->workspace_bytes() <= options.max_workspace_bytes)
             step.tactic = conv->tactic(i);
         if (!step.tactic.empty()) break;
       }
@@ -220,13 +230,16 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       auto& conv = forms[f];
       for (; next[f] < conv->candidate_count() && timed[f] < max_timed; ++next[f]) {
         const int64_t i = next[f];
-        if (!conv->select(i).is_ok()) {
+        if (const Status built = conv->select(i); !built.is_ok()) {
           ++rejected;
+          log_debug("tactics: {} candidate {} rejected when built: {}", step.name, i, built.message());
           continue;
         }
         const int64_t ws_bytes = conv->workspace_bytes();
-        if (ws_bytes > kMaxWorkspaceBytes) {
+        if (ws_bytes > options.max_workspace_bytes) {
           ++over_workspace;
+          log_debug("tactics: {} candidate {} {} needs {} MiB of workspace", step.name, i, conv->tactic(i),
+                    ws_bytes >> 20);
           continue;
         }
         GPULAB_TRY(ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
@@ -234,8 +247,10 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
           return launch_conv_step(problem, ConvKernel::kCudnn, {}, conv.get(), libs.cudnn(), ptrs,
                                   ws.buffer.get(), stream);
         };
-        GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
-                                time_candidate(run, give_up_ms(best_ms), false));
+        GPULAB_ASSIGN_OR_RETURN(
+            const std::optional<double> ms,
+            time_candidate(run, give_up_ms(best_ms), false,
+                           fmt::format("{} candidate {} {}", step.name, i, conv->tactic(i))));
         if (!ms) {
           ++failed;
           continue;
@@ -263,8 +278,13 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       log_info(
           "tactics: {}: no cuDNN candidate ran ({} rejected when built, {} over the {} MiB workspace "
           "limit, {} failed to run)",
-          step.name, rejected, over_workspace, kMaxWorkspaceBytes >> 20, failed);
+          step.name, rejected, over_workspace, options.max_workspace_bytes >> 20, failed);
       ++report.fallback_layers;
+    } else if (failed > 0 || over_workspace > 0) {
+      // Candidates cuDNN built that could not run here may have been the fast ones (the suspect
+      // for ResNet-18 FP32 at batch 1024, docs/performance.md); -v names each with its reason.
+      log_info("tactics: {}: {} cuDNN candidates failed to run and {} needed more than {} MiB of workspace",
+               step.name, failed, over_workspace, options.max_workspace_bytes >> 20);
     }
 
     // gpulab's own kernels, timed beside cuDNN's candidates. The direct convolution last, so that
@@ -274,7 +294,8 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         return launch_conv_step(problem, kernel, tactic, nullptr, nullptr, ptrs, nullptr, stream);
       };
       GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
-                              time_candidate(run, give_up_ms(best_ms), judge_warm_up));
+                              time_candidate(run, give_up_ms(best_ms), judge_warm_up,
+                                             fmt::format("{} candidate {}", step.name, tactic)));
       if (!ms) {
         log_info("tactics: {}: {} failed to run", step.name, tactic);
         return Status::ok();

@@ -39,11 +39,13 @@ struct BenchFlags {
   bool no_stem_space_to_depth = false;
   bool no_fuse_stem = false;
   bool no_fold_casts = false;
+  int64_t max_workspace_mib = BuildOptions{}.max_workspace_bytes >> 20;
   bool ceilings = false;
   std::string command_line;
 };
 
 constexpr const char* kPrecisions[] = {"fp32", "tf32", "fp16", "bf16"};
+constexpr int64_t kMaxWorkspaceMib = int64_t{1} << 20;  // 1 TiB
 
 Status check_flags(BenchFlags& f, bool precision_given) {
   GPULAB_ASSIGN_OR_RETURN(f.options.percentiles, measure::parse_percentiles(f.percentiles));
@@ -53,6 +55,12 @@ Status check_flags(BenchFlags& f, bool precision_given) {
   if (!known) {
     return Status::invalid_argument(fmt::format(
         "--precision: '{}' is not a precision. Give fp32 (TF32 off), tf32, fp16 or bf16.", f.precision));
+  }
+  if (f.max_workspace_mib < 0 || f.max_workspace_mib > kMaxWorkspaceMib) {
+    return Status::invalid_argument(fmt::format(
+        "--max-workspace-mib: {} is outside 0..{}. Give the most workspace, in MiB, a cuDNN candidate may "
+        "use (default {}).",
+        f.max_workspace_mib, kMaxWorkspaceMib, BuildOptions{}.max_workspace_bytes >> 20));
   }
   if (f.model_path.empty() && f.plan_path.empty() && !f.ceilings) {
     return Status::invalid_argument(
@@ -157,6 +165,7 @@ int run_bench(BenchFlags f, bool precision_given) {
   request.stem_space_to_depth = !f.no_stem_space_to_depth;
   request.fuse_stem = !f.no_fuse_stem;
   request.fold_input_casts = !f.no_fold_casts;
+  request.max_workspace_bytes = f.max_workspace_mib << 20;
   request.measure_ceilings = f.ceilings;
 #ifdef GPULAB_BENCH_TELEMETRY
   request.read_gpu_state = read_gpu_state;
@@ -210,6 +219,10 @@ void add_bench_command(CLI::App& app) {
   sub->add_flag("--no-fold-casts", flags->no_fold_casts,
                 "Build (--model) with a float32 copy of each 16-bit input a float32 depthwise layer reads "
                 "(BF16 MobileNetV2) instead of reading it directly, to compare");
+  sub->add_option("--max-workspace-mib", flags->max_workspace_mib,
+                  "Build (--model) skipping cuDNN candidates that need more workspace than this (MiB; "
+                  "0..1048576)")
+      ->capture_default_str();
   sub->add_option("--batch", o.batch, "Images per inference")->capture_default_str();
   sub->add_option("--warmup-ms", o.warmup_ms, "Warm-up before measuring, milliseconds of host time")
       ->capture_default_str();

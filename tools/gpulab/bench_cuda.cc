@@ -254,6 +254,7 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
     build.stem_space_to_depth = request.stem_space_to_depth;
     build.fuse_stem = request.fuse_stem;
     build.fold_input_casts = request.fold_input_casts;
+    build.max_workspace_bytes = request.max_workspace_bytes;
     build.device = options.device;
     GPULAB_ASSIGN_OR_RETURN(engine, Engine::build_from_onnx(request.model_path, build));
   }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "gpulab/engine.h"
 #include "gpulab/status.h"
 #include "measure/bench.h"
 
@@ -20,7 +21,8 @@ struct EngineBenchRequest {
   bool stem_space_to_depth = true;  // BuildOptions::stem_space_to_depth
   bool fuse_stem = true;            // BuildOptions::fuse_stem
   bool fold_input_casts = true;     // BuildOptions::fold_input_casts
-  bool measure_ceilings = false;    // --ceilings: device copy bandwidth and GEMM rate
+  int64_t max_workspace_bytes = BuildOptions{}.max_workspace_bytes;  // BuildOptions::max_workspace_bytes
+  bool measure_ceilings = false;  // --ceilings: device copy bandwidth and GEMM rate
   // Reads clocks, power and clock-event reasons of a CUDA device through NVML (the CLI
   // provides it when telemetry is built); empty or nullopt: not recorded.
   std::function<std::optional<measure::GpuState>(int device)> read_gpu_state;

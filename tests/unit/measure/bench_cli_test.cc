@@ -58,6 +58,8 @@ TEST_F(BenchCli, BadValuesAreUsageErrorsNamingTheFlag) {
       {"--percentiles 99,100.5", "--percentiles: '100.5'"},
       {"--device=-1", "--device: -1"},
       {"--precision fp8", "--precision: 'fp8'"},
+      {"--max-workspace-mib=-1", "--max-workspace-mib: -1 is outside 0..1048576"},
+      {"--max-workspace-mib 1048577", "--max-workspace-mib: 1048577"},
       {"--json same.json --export-times same.json", "--json and --export-times"},
   };
   for (const BadFlag& c : cases) {
@@ -110,10 +112,26 @@ TEST_F(BenchCli, ValidFlagsReachTheEngineOrSayWhyNot) {
 TEST_F(BenchCli, HelpListsEveryFlag) {
   const CliRun run = run_gpulab("bench --help");
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  for (const char* flag :
-       {"--model", "--plan", "--batch", "--precision", "--warmup-ms", "--min-duration-s", "--min-iterations",
-        "--cuda-graph", "--no-cuda-graph", "--include-transfers", "--no-include-transfers", "--streams",
-        "--percentiles", "--json", "--export-times", "--device", "--profile", "--ceilings"}) {
+  for (const char* flag : {"--model",
+                           "--plan",
+                           "--batch",
+                           "--precision",
+                           "--warmup-ms",
+                           "--min-duration-s",
+                           "--min-iterations",
+                           "--cuda-graph",
+                           "--no-cuda-graph",
+                           "--include-transfers",
+                           "--no-include-transfers",
+                           "--streams",
+                           "--percentiles",
+                           "--json",
+                           "--export-times",
+                           "--device",
+                           "--profile",
+                           "--ceilings",
+                           "--no-fold-casts",
+                           "--max-workspace-mib"}) {
     EXPECT_NE(run.output.find(flag), std::string::npos) << flag << "\n" << run.output;
   }
 }
