@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,8 +58,11 @@ struct BuildOptions {
   // the BF16 policy's MobileNetV2 depthwise layers.
   bool fold_input_casts = true;
   // cuDNN candidates asking for more workspace than this are skipped (trtexec's
-  // --memPoolSize=workspace:N). A context allocates one workspace, the largest its steps chose.
-  int64_t max_workspace_bytes = int64_t{1} << 30;
+  // --memPoolSize=workspace:N). Unset: a quarter of the device memory free when tactic timing
+  // starts, at least 64 MiB (batch-1024 FP32 engines such as Winograd's ask for more than the
+  // 1 GiB that was the fixed limit before). A context allocates one workspace, the largest its
+  // steps chose.
+  std::optional<int64_t> max_workspace_bytes;
 };
 
 // One step of a plan, for reports (inspect, bench --profile).

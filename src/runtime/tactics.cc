@@ -54,6 +54,16 @@ Status fill(void* p, size_t bytes) {
 Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, TimingCache* cache) {
   TacticReport report;
   GPULAB_ASSIGN_OR_RETURN(const PlanTarget target, cuda::current_target(options.device));
+  int64_t ws_limit = options.max_workspace_bytes.value_or(0);
+  if (!options.max_workspace_bytes) {
+    size_t free_bytes = 0, total_bytes = 0;
+    GPULAB_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+    ws_limit = std::max<int64_t>(int64_t{64} << 20, static_cast<int64_t>(free_bytes / 4));
+  }
+  log_info("tactics: cuDNN candidates may use up to {} MiB of workspace{}", ws_limit >> 20,
+           options.max_workspace_bytes
+               ? ""
+               : " (a quarter of the free device memory; --max-workspace-mib sets it)");
   cuda::LibraryHandles libs;
   GPULAB_TRY(libs.init());
   cudaStream_t stream = nullptr;
@@ -135,11 +145,10 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       ++report.own_kernel_layers;
       continue;
     }
-    // A workspace limit other than the default can change the winner: it is part of the key.
+    // A workspace limit the user set can change the winner: it is part of the key.
     const std::string key = TimingCache::make_key(
-        cuda::conv_signature(problem) + (options.max_workspace_bytes == BuildOptions{}.max_workspace_bytes
-                                             ? ""
-                                             : fmt::format("|ws{}", options.max_workspace_bytes)),
+        cuda::conv_signature(problem) +
+            (options.max_workspace_bytes ? fmt::format("|ws{}", *options.max_workspace_bytes) : ""),
         target);
     if (cache) {
       const TimingEntry* hit = cache->find(key);
@@ -192,8 +201,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       step.tactic.clear();
       for (auto& conv : forms) {
         for (int64_t i = 0; i < conv->candidate_count() && step.tactic.empty(); ++i)
-          if (conv->select(i).is_ok() && conv->workspace_bytes() <= options.max_workspace_bytes)
-            step.tactic = conv->tactic(i);
+          if (conv->select(i).is_ok() && conv->workspace_bytes() <= ws_limit) step.tactic = conv->tactic(i);
         if (!step.tactic.empty()) break;
       }
       if (step.tactic.empty()) {
@@ -236,7 +244,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
           continue;
         }
         const int64_t ws_bytes = conv->workspace_bytes();
-        if (ws_bytes > options.max_workspace_bytes) {
+        if (ws_bytes > ws_limit) {
           ++over_workspace;
           log_debug("tactics: {} candidate {} {} needs {} MiB of workspace", step.name, i, conv->tactic(i),
                     ws_bytes >> 20);
@@ -278,13 +286,13 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       log_info(
           "tactics: {}: no cuDNN candidate ran ({} rejected when built, {} over the {} MiB workspace "
           "limit, {} failed to run)",
-          step.name, rejected, over_workspace, options.max_workspace_bytes >> 20, failed);
+          step.name, rejected, over_workspace, ws_limit >> 20, failed);
       ++report.fallback_layers;
     } else if (failed > 0 || over_workspace > 0) {
       // Candidates cuDNN built that could not run here may have been the fast ones (the suspect
       // for ResNet-18 FP32 at batch 1024, docs/performance.md); -v names each with its reason.
       log_info("tactics: {}: {} cuDNN candidates failed to run and {} needed more than {} MiB of workspace",
-               step.name, failed, over_workspace, options.max_workspace_bytes >> 20);
+               step.name, failed, over_workspace, ws_limit >> 20);
     }
 
     // gpulab's own kernels, timed beside cuDNN's candidates. The direct convolution last, so that

@@ -39,7 +39,7 @@ struct BenchFlags {
   bool no_stem_space_to_depth = false;
   bool no_fuse_stem = false;
   bool no_fold_casts = false;
-  int64_t max_workspace_mib = BuildOptions{}.max_workspace_bytes >> 20;
+  std::optional<int64_t> max_workspace_mib;
   bool ceilings = false;
   std::string command_line;
 };
@@ -56,11 +56,11 @@ Status check_flags(BenchFlags& f, bool precision_given) {
     return Status::invalid_argument(fmt::format(
         "--precision: '{}' is not a precision. Give fp32 (TF32 off), tf32, fp16 or bf16.", f.precision));
   }
-  if (f.max_workspace_mib < 0 || f.max_workspace_mib > kMaxWorkspaceMib) {
-    return Status::invalid_argument(fmt::format(
-        "--max-workspace-mib: {} is outside 0..{}. Give the most workspace, in MiB, a cuDNN candidate may "
-        "use (default {}).",
-        f.max_workspace_mib, kMaxWorkspaceMib, BuildOptions{}.max_workspace_bytes >> 20));
+  if (f.max_workspace_mib && (*f.max_workspace_mib < 0 || *f.max_workspace_mib > kMaxWorkspaceMib)) {
+    return Status::invalid_argument(
+        fmt::format("--max-workspace-mib: {} is outside 0..{}. Give the most workspace, in MiB, a cuDNN "
+                    "candidate may use (without it: a quarter of the GPU's free memory).",
+                    *f.max_workspace_mib, kMaxWorkspaceMib));
   }
   if (f.model_path.empty() && f.plan_path.empty() && !f.ceilings) {
     return Status::invalid_argument(
@@ -165,7 +165,7 @@ int run_bench(BenchFlags f, bool precision_given) {
   request.stem_space_to_depth = !f.no_stem_space_to_depth;
   request.fuse_stem = !f.no_fuse_stem;
   request.fold_input_casts = !f.no_fold_casts;
-  request.max_workspace_bytes = f.max_workspace_mib << 20;
+  if (f.max_workspace_mib) request.max_workspace_bytes = *f.max_workspace_mib << 20;
   request.measure_ceilings = f.ceilings;
 #ifdef GPULAB_BENCH_TELEMETRY
   request.read_gpu_state = read_gpu_state;
@@ -221,8 +221,7 @@ void add_bench_command(CLI::App& app) {
                 "(BF16 MobileNetV2) instead of reading it directly, to compare");
   sub->add_option("--max-workspace-mib", flags->max_workspace_mib,
                   "Build (--model) skipping cuDNN candidates that need more workspace than this (MiB; "
-                  "0..1048576)")
-      ->capture_default_str();
+                  "0..1048576; default: a quarter of the GPU's free memory)");
   sub->add_option("--batch", o.batch, "Images per inference")->capture_default_str();
   sub->add_option("--warmup-ms", o.warmup_ms, "Warm-up before measuring, milliseconds of host time")
       ->capture_default_str();

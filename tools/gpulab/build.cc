@@ -21,7 +21,7 @@ void add_build_command(CLI::App& app) {
     bool no_stem_space_to_depth = false;
     bool no_fuse_stem = false;
     bool no_fold_casts = false;
-    int64_t max_workspace_mib = BuildOptions{}.max_workspace_bytes >> 20;
+    std::optional<int64_t> max_workspace_mib;
     int device = 0;
   };
   auto opts = std::make_shared<Options>();
@@ -46,9 +46,9 @@ void add_build_command(CLI::App& app) {
                 "Keep the float32 copy of each 16-bit input a float32 depthwise layer reads (BF16 "
                 "MobileNetV2) instead of reading it directly");
   sub->add_option("--max-workspace-mib", opts->max_workspace_mib,
-                  "Skip cuDNN candidates that need more workspace than this (MiB; 0..1048576)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
-      ->capture_default_str();
+                  "Skip cuDNN candidates that need more workspace than this (MiB; 0..1048576; default: a "
+                  "quarter of the GPU's free memory)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   sub->add_option("--device", opts->device, "CUDA device ordinal");
   on_run(sub, [opts]() -> int {
     BuildOptions options;
@@ -61,7 +61,7 @@ void add_build_command(CLI::App& app) {
     options.stem_space_to_depth = !opts->no_stem_space_to_depth;
     options.fuse_stem = !opts->no_fuse_stem;
     options.fold_input_casts = !opts->no_fold_casts;
-    options.max_workspace_bytes = opts->max_workspace_mib << 20;
+    if (opts->max_workspace_mib) options.max_workspace_bytes = *opts->max_workspace_mib << 20;
     options.device = opts->device;
     for (const auto& item : opts->layer_precision) {
       const auto eq = item.find('=');
