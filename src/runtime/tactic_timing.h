@@ -12,7 +12,9 @@
 // launches are left to the median, so that one hiccup does not decide.
 #pragma once
 
+#include <cstdint>
 #include <limits>
+#include <optional>
 
 namespace gpulab::tactic_timing {
 
@@ -38,6 +40,18 @@ constexpr double give_up_ms(double best_ms) {
 // Timed launches for a candidate that was not given up, from its warm-up launch's time.
 constexpr int timed_runs(double warm_up_ms) {
   return warm_up_ms > kLongMs ? kLongTimedRuns : kTimedRuns;
+}
+
+// The workspace a cuDNN candidate may ask for: the limit the user set (BuildOptions::
+// max_workspace_bytes), else a quarter of the device memory free when timing starts, at least
+// kMinAutoWorkspaceBytes. A fixed 1 GiB (before stop 17) left out the batch-1024 FP32 engines that
+// keep transformed inputs in workspace.
+inline constexpr int64_t kMinAutoWorkspaceBytes = int64_t{64} << 20;
+constexpr int64_t workspace_limit(std::optional<int64_t> set_bytes, uint64_t free_device_bytes) {
+  if (set_bytes) return *set_bytes;
+  const uint64_t quarter = free_device_bytes / 4;
+  return quarter < static_cast<uint64_t>(kMinAutoWorkspaceBytes) ? kMinAutoWorkspaceBytes
+                                                                 : static_cast<int64_t>(quarter);
 }
 
 }  // namespace gpulab::tactic_timing

@@ -54,12 +54,9 @@ Status fill(void* p, size_t bytes) {
 Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, TimingCache* cache) {
   TacticReport report;
   GPULAB_ASSIGN_OR_RETURN(const PlanTarget target, cuda::current_target(options.device));
-  int64_t ws_limit = options.max_workspace_bytes.value_or(0);
-  if (!options.max_workspace_bytes) {
-    size_t free_bytes = 0, total_bytes = 0;
-    GPULAB_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
-    ws_limit = std::max<int64_t>(int64_t{64} << 20, static_cast<int64_t>(free_bytes / 4));
-  }
+  size_t free_bytes = 0, total_bytes = 0;
+  if (!options.max_workspace_bytes) GPULAB_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int64_t ws_limit = tactic_timing::workspace_limit(options.max_workspace_bytes, free_bytes);
   log_info("tactics: cuDNN candidates may use up to {} MiB of workspace{}", ws_limit >> 20,
            options.max_workspace_bytes
                ? ""

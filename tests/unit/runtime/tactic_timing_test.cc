@@ -33,5 +33,19 @@ TEST(TacticTiming, LongCandidatesGetFewerTimedLaunches) {
   EXPECT_EQ(kLongTimedRuns % 2, 1);
 }
 
+TEST(TacticTiming, WorkspaceLimitIsTheUsersOrAQuarterOfFreeMemory) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  // Set by the user (--max-workspace-mib), whatever the device has; 0 allows only engines that
+  // need none.
+  EXPECT_EQ(workspace_limit(2 * kGiB, 140 * kGiB), 2 * kGiB);
+  EXPECT_EQ(workspace_limit(int64_t{0}, 140 * kGiB), 0);
+  // Unset: a quarter of the free memory (an idle H200: 35 GiB; a 24 GiB card with 20 free: 5).
+  EXPECT_EQ(workspace_limit(std::nullopt, 140 * kGiB), 35 * kGiB);
+  EXPECT_EQ(workspace_limit(std::nullopt, 20 * kGiB), 5 * kGiB);
+  // ... but never below the floor, so that small engines still run on a nearly full device.
+  EXPECT_EQ(workspace_limit(std::nullopt, 100 << 20), kMinAutoWorkspaceBytes);
+  EXPECT_EQ(workspace_limit(std::nullopt, 0), kMinAutoWorkspaceBytes);
+}
+
 }  // namespace
 }  // namespace gpulab::tactic_timing
