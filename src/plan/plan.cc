@@ -427,10 +427,11 @@ Result<Plan> deserialize_plan(std::span<const std::byte> bytes) {
   if (std::memcmp(bytes.data(), kPlanMagic, sizeof(kPlanMagic)) != 0)
     return bad("no GPULABPL magic at the start");
   const uint32_t version = get_u32(bytes, 8);
-  if (version != kPlanFormatVersion)
+  if (version < kOldestPlanFormatVersion || version > kPlanFormatVersion)
     return Status::unsupported(fmt::format(
-        "plan: file format version {}, this gpulab reads version {}. Rebuild the plan with this gpulab.",
-        version, kPlanFormatVersion));
+        "plan: file format version {}, this gpulab reads versions {} to {}. Rebuild the plan with "
+        "this gpulab.",
+        version, kOldestPlanFormatVersion, kPlanFormatVersion));
   const uint64_t header_size = get_u64(bytes, 16);
   if (header_size > bytes.size() - kFixed - 16)
     return bad(

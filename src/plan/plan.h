@@ -17,6 +17,10 @@
 //  32 + H + B  u64       FNV-1a 64 checksum of every byte before it
 // Anything else (short file, bad magic, other version, wrong checksum, inconsistent header) is
 // refused with kInvalidFile and a message naming what is wrong; no input makes the reader crash.
+// Version 2 (stop 17): a kConv step may read x stored in another float type than its output (a
+// cast folded into a depthwise layer, fold_input_casts). gpulab reads versions 1 and 2 (a version-1
+// file has no such step); a gpulab that reads only version 1 refuses a version-2 file rather than
+// misreading it.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +39,8 @@
 
 namespace gpulab {
 
-inline constexpr uint32_t kPlanFormatVersion = 1;
+inline constexpr uint32_t kPlanFormatVersion = 2;        // written
+inline constexpr uint32_t kOldestPlanFormatVersion = 1;  // still read
 inline constexpr char kPlanMagic[8] = {'G', 'P', 'U', 'L', 'A', 'B', 'P', 'L'};
 
 // The machine a plan was built for. Versions are the libraries' own integers

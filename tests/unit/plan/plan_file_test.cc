@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <span>
 
 #include "plan/plan.h"
 
@@ -105,6 +106,28 @@ TEST(PlanFile, BadMagicAndVersion) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
   EXPECT_NE(r.status().message().find("version 99"), std::string::npos);
+}
+
+// FNV-1a 64 of `bytes`, the file's trailing checksum.
+uint64_t fnv1a64(std::span<const std::byte> bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (std::byte b : bytes) h = (h ^ static_cast<uint8_t>(b)) * 1099511628211ull;
+  return h;
+}
+
+// Version-1 files (before folded casts) are still read; version 2 is what gets written.
+TEST(PlanFile, ReadsTheOlderVersion) {
+  auto bytes = serialize_plan(small_plan());
+  uint32_t written = 0;
+  std::memcpy(&written, bytes.data() + 8, 4);
+  EXPECT_EQ(written, kPlanFormatVersion);
+  const uint32_t v1 = 1;
+  std::memcpy(bytes.data() + 8, &v1, 4);
+  const uint64_t sum = fnv1a64(std::span(bytes).first(bytes.size() - 8));
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+  auto r = deserialize_plan(bytes);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->steps.size(), small_plan().steps.size());
 }
 
 // A header that parses and carries a valid checksum but points outside the weights or at
