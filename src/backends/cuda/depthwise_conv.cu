@@ -17,9 +17,10 @@
 // registers (two resident blocks per SM). Other shapes run the generic loop (same layout; taps
 // from runtime values).
 // The scalar path (c not a multiple of V, or unaligned pointers) is the same kernel with V = 1.
-// x may be float16/bfloat16 in a float32 layer (DirectConvDesc::x_dtype): V is then the output's
-// (4), x's loads are 8 bytes, and each element converts to float32 as it loads (exactly), so the
-// results equal those of a float32 copy of x without the cast that would write it.
+// x may be float16/bfloat16 in a float32 layer (DirectConvDesc::x_dtype): V is then x's (8, one
+// 16-byte load), y and the residual move as 32-byte vectors, and each element converts to float32
+// as it loads (exactly), so the results equal those of a float32 copy of x without the cast that
+// would write it.
 // Tolerance against the reference: FP32 summation order only.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -267,7 +268,9 @@ Status launch_typed(const DirectConvDesc& d, const void* x, const void* w, const
   p.has_residual = a.has_residual;
   p.bias_f32 = d.bias_float32;
 
-  constexpr int V = kernels::kVec<T>;
+  // One 16-byte load of x per vector: 8 channels for 16-bit x, also in a float32 layer (its
+  // weights, residual and y then move as 32-byte vectors), 4 for float32 x.
+  constexpr int V = kernels::kVec<TX>;
   constexpr size_t kAlign = sizeof(Vec<T, V>);
   const bool vector_ok = d.c % V == 0 && kernels::is_aligned(x, sizeof(Vec<TX, V>)) &&
                          kernels::is_aligned(y, kAlign) &&
