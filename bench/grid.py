@@ -9,7 +9,8 @@ and autotuning, and a call that runs out of time loses the cell it was in. This 
     process and everything it started (gpulab's plan build included);
   - keeps one result file per cell in --results and skips cells whose file already has every
     asked-for column, so a later call (or session, with the folder carried along) goes on where
-    the last one stopped; a cell that timed out is tried again;
+    the last one stopped; a cell that timed out is tried again when it would get more time than
+    it had (FP32 torch.compile cells autotune for over 500 s: retrying them with less wastes the call);
   - spreads the cells over the GPUs given by --gpus, one process per GPU at a time
     (CUDA_VISIBLE_DEVICES), so a machine of several GPUs runs that many cells at once;
   - stops starting cells when --budget-s is nearly spent;
@@ -196,7 +197,7 @@ def run(args) -> int:
         work.put(c)
     deadline = time.monotonic() + args.budget_s
     lock = threading.Lock()
-    counts = {"ok": 0, "timeout": 0, "failed": 0, "not started": 0}
+    counts = {"ok": 0, "timeout": 0, "failed": 0, "not started": 0, "not retried": 0}
 
     def worker(gpu: Optional[str]) -> None:
         while True:
@@ -209,9 +210,19 @@ def run(args) -> int:
                 with lock:
                     counts["not started"] += 1
                 continue
+            allowed = min(args.cell_timeout_s, left)
+            before = load_result(args.results, cell)
+            if before and before.get("status") == "timeout" and allowed <= before.get("seconds", 0):
+                # It would run out of time again (torch.compile in FP32 autotunes for over 500 s):
+                # spend the budget on cells that can finish.
+                with lock:
+                    counts["not retried"] += 1
+                    print(f"grid: {cell.name} not retried: it ran out of {before['seconds']:.0f} s before and "
+                          f"would get {allowed:.0f} s (raise --cell-timeout-s or --budget-s)", flush=True)
+                continue
             with lock:
                 print(f"grid: {cell.name} on GPU {gpu if gpu is not None else '(default)'}", flush=True)
-            result = run_cell(cell, args, gpu, min(args.cell_timeout_s, left))
+            result = run_cell(cell, args, gpu, allowed)
             if _stopping.is_set():
                 return
             write_json(result_path(args.results, cell), result)

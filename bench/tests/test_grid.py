@@ -92,9 +92,15 @@ class GridTest(unittest.TestCase):
         with open(pid_file) as f:
             child = int(f.read())
         self.assertTrue(wait_gone(child), "the timed-out run's child process is still running")
-        # A timed-out cell is not done: the next run tries it again.
+        # A timed-out cell is not done: the next run tries it again, given more time than it had,
+        # and passes over it otherwise.
         self.assertFalse(grid.is_done(doc, ["eager"]))
         self.assertIn("timeout after", grid.table_row("fp16", 999, doc))
+        rc, out = self.run_grid("--cell-timeout-s", "3", "--min-start-s", "0", batches="999")
+        self.assertEqual(rc, 0)
+        self.assertIn("m_fp16_b999 not retried: it ran out of 3 s before and would get 3 s", out)
+        self.assertIn("2 not retried", out)
+        self.assertEqual(self.cell("m_fp16_b999")["seconds"], doc["seconds"])  # the file is left as it was
 
     def test_a_column_without_a_time_is_na_and_its_cell_runs_again(self):
         rc, out = self.run_grid(batches="7")
