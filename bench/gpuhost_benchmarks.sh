@@ -141,11 +141,12 @@ if has compare; then
 fi
 if has grid; then
   # bench/grid.py: one compare_pytorch.py run per cell, resumable from the cell files in
-  # GRID_RESULTS (default .gpuhost/grid-results: carry it back in for the next call), spread over
+  # GRID_RESULTS (default bench/results/grid, committed: it travels with the working tree; unpack
+  # $OUT/grid-results.tgz into it after the call and commit the cell files), spread over
   # every GPU of the machine. GRID_MODELS picks the models ("r18 mnv2" by default); GRID_ARGS
   # holds grid.py run's other arguments, e.g.
   #   GRID_ARGS="--precision fp16 --batch 1024 --modes eager,graph,compile,gpulab --min-start-s 180 -- --iters 30"
-  results=${GRID_RESULTS:-.gpuhost/grid-results}
+  results=${GRID_RESULTS:-bench/results/grid}
   grid_models=()
   for name in ${GRID_MODELS:-r18 mnv2}; do
     path=$(model_path "$name") && grid_models+=(--model "$name=$path")
