@@ -245,6 +245,12 @@ TEST(FoldInputCasts, DepthwiseReadsTheBf16ValueWithTheSameResults) {
   auto y_after = interpret_plan(after, in, 2);
   ASSERT_TRUE(y_before.is_ok() && y_after.is_ok());
   EXPECT_EQ(*y_after, *y_before);
+  // A plan file keeps the folded form (plan format version 2).
+  auto reloaded = deserialize_plan(serialize_plan(after));
+  ASSERT_TRUE(reloaded.is_ok()) << reloaded.status().to_string();
+  auto y_reloaded = interpret_plan(*reloaded, in, 2);
+  ASSERT_TRUE(y_reloaded.is_ok());
+  EXPECT_EQ(*y_reloaded, *y_before);
   // The copy takes no memory once no step writes it.
   const std::vector<BufferRequest> life = value_lifetimes(after, 2);
   EXPECT_EQ(life[step_named(before, "dw").inputs[0]].bytes, 0);
