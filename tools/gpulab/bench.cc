@@ -77,6 +77,21 @@ Status check_flags(BenchFlags& f, bool precision_given) {
                     "benchmark the ONNX model with --model.",
                     f.plan_path));
   }
+  // The other build options: a plan was built with its own, so they would be ignored.
+  if (!f.plan_path.empty()) {
+    const std::pair<const char*, bool> build_flags[] = {
+        {"--timing-cache", !f.timing_cache_path.empty()},
+        {"--no-stem-space-to-depth", f.no_stem_space_to_depth},
+        {"--no-fuse-stem", f.no_fuse_stem},
+        {"--no-fold-casts", f.no_fold_casts},
+        {"--max-workspace-mib", f.max_workspace_mib.has_value()}};
+    for (const auto& [flag, given] : build_flags)
+      if (given)
+        return Status::invalid_argument(
+            fmt::format("{}: it changes how --model is built; the plan '{}' was built already. Drop {}, or "
+                        "pass it to `gpulab build`.",
+                        flag, f.plan_path, flag));
+  }
   for (const auto& [flag, path] : {std::pair{"--model", &f.model_path}, {"--plan", &f.plan_path}}) {
     if (path->empty()) continue;
     std::error_code ec;

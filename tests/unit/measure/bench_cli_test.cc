@@ -82,6 +82,17 @@ TEST_F(BenchCli, ModelOrPlanIsRequired) {
   const CliRun plan_precision = run_gpulab("bench --plan " + model_ + " --precision fp32");
   EXPECT_EQ(plan_precision.exit_code, exit_code_for(StatusCode::kInvalidArgument));
   EXPECT_NE(plan_precision.output.find("precision is fixed"), std::string::npos) << plan_precision.output;
+
+  // Build options would be ignored for a plan: refused, naming the flag.
+  for (const char* flag : {"--no-fuse-stem", "--no-fold-casts", "--no-stem-space-to-depth",
+                           "--max-workspace-mib 64", "--timing-cache tc.json"}) {
+    const CliRun run = run_gpulab("bench --plan " + model_ + " " + flag);
+    EXPECT_EQ(run.exit_code, exit_code_for(StatusCode::kInvalidArgument)) << flag << "\n" << run.output;
+    const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
+    EXPECT_NE(run.output.find("gpulab: invalid argument: " + name + ": it changes how --model is built"),
+              std::string::npos)
+        << run.output;
+  }
 }
 
 TEST_F(BenchCli, MissingModelIsNotFound) {
