@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "bench_cuda.h"
+#include "build_flags.h"
 #include "cli.h"
 #include "gpulab/version.h"
 #include "measure/bench.h"
@@ -35,17 +36,13 @@ struct BenchFlags {
   std::string plan_path;
   std::string precision = "fp16";
   std::string percentiles = "50,90,95,99";
-  std::string timing_cache_path;
-  bool no_stem_space_to_depth = false;
-  bool no_fuse_stem = false;
-  bool no_fold_casts = false;
-  std::optional<int64_t> max_workspace_mib;
+  BuildFlags build;            // how --model is built
+  BuildOptions build_options;  // from `build`, by check_flags
   bool ceilings = false;
   std::string command_line;
 };
 
 constexpr const char* kPrecisions[] = {"fp32", "tf32", "fp16", "bf16"};
-constexpr int64_t kMaxWorkspaceMib = int64_t{1} << 20;  // 1 TiB
 
 Status check_flags(BenchFlags& f, bool precision_given) {
   GPULAB_ASSIGN_OR_RETURN(f.options.percentiles, measure::parse_percentiles(f.percentiles));
@@ -56,12 +53,7 @@ Status check_flags(BenchFlags& f, bool precision_given) {
     return Status::invalid_argument(fmt::format(
         "--precision: '{}' is not a precision. Give fp32 (TF32 off), tf32, fp16 or bf16.", f.precision));
   }
-  if (f.max_workspace_mib && (*f.max_workspace_mib < 0 || *f.max_workspace_mib > kMaxWorkspaceMib)) {
-    return Status::invalid_argument(
-        fmt::format("--max-workspace-mib: {} is outside 0..{}. Give the most workspace, in MiB, a cuDNN "
-                    "candidate may use (without it: a quarter of the GPU's free memory).",
-                    *f.max_workspace_mib, kMaxWorkspaceMib));
-  }
+  GPULAB_ASSIGN_OR_RETURN(f.build_options, build_options_from(f.build));
   if (f.model_path.empty() && f.plan_path.empty() && !f.ceilings) {
     return Status::invalid_argument(
         "bench: no model. Give --model FILE.onnx or --plan FILE.plan (or --ceilings alone to "
@@ -78,19 +70,11 @@ Status check_flags(BenchFlags& f, bool precision_given) {
                     f.plan_path));
   }
   // The other build options: a plan was built with its own, so they would be ignored.
-  if (!f.plan_path.empty()) {
-    const std::pair<const char*, bool> build_flags[] = {
-        {"--timing-cache", !f.timing_cache_path.empty()},
-        {"--no-stem-space-to-depth", f.no_stem_space_to_depth},
-        {"--no-fuse-stem", f.no_fuse_stem},
-        {"--no-fold-casts", f.no_fold_casts},
-        {"--max-workspace-mib", f.max_workspace_mib.has_value()}};
-    for (const auto& [flag, given] : build_flags)
-      if (given)
-        return Status::invalid_argument(
-            fmt::format("{}: it changes how --model is built; the plan '{}' was built already. Drop {}, or "
-                        "pass it to `gpulab build`.",
-                        flag, f.plan_path, flag));
+  if (const char* flag = first_build_flag_given(f.build); flag && !f.plan_path.empty()) {
+    return Status::invalid_argument(fmt::format(
+        "{}: it changes how --model is built; the plan '{}' was built already. Drop {}, or pass it "
+        "to `gpulab build`.",
+        flag, f.plan_path, flag));
   }
   for (const auto& [flag, path] : {std::pair{"--model", &f.model_path}, {"--plan", &f.plan_path}}) {
     if (path->empty()) continue;
@@ -176,11 +160,7 @@ int run_bench(BenchFlags f, bool precision_given) {
   request.model_path = f.model_path;
   request.plan_path = f.plan_path;
   request.precision = f.precision;
-  request.timing_cache_path = f.timing_cache_path;
-  request.stem_space_to_depth = !f.no_stem_space_to_depth;
-  request.fuse_stem = !f.no_fuse_stem;
-  request.fold_input_casts = !f.no_fold_casts;
-  if (f.max_workspace_mib) request.max_workspace_bytes = *f.max_workspace_mib << 20;
+  request.build = f.build_options;
   request.measure_ceilings = f.ceilings;
 #ifdef GPULAB_BENCH_TELEMETRY
   request.read_gpu_state = read_gpu_state;
@@ -224,19 +204,7 @@ void add_bench_command(CLI::App& app) {
   auto* precision = sub->add_option("--precision", flags->precision,
                                     "Plan precision for --model: fp32 (TF32 off), tf32, fp16, bf16")
                         ->capture_default_str();
-  sub->add_option("--timing-cache", flags->timing_cache_path,
-                  "Timing cache file read and written by the plan build (--model)");
-  sub->add_flag("--no-stem-space-to-depth", flags->no_stem_space_to_depth,
-                "Build (--model) without the space-to-depth stem rewrite, to compare");
-  sub->add_flag("--no-fuse-stem", flags->no_fuse_stem,
-                "Build (--model) with the stem's input conversion, convolution and max pool as three "
-                "steps instead of one fused kernel, to compare");
-  sub->add_flag("--no-fold-casts", flags->no_fold_casts,
-                "Build (--model) with a float32 copy of each 16-bit input a float32 depthwise layer reads "
-                "(BF16 MobileNetV2) instead of reading it directly, to compare");
-  sub->add_option("--max-workspace-mib", flags->max_workspace_mib,
-                  "Build (--model) skipping cuDNN candidates that need more workspace than this (MiB; "
-                  "0..1048576; default: a quarter of the GPU's free memory)");
+  add_build_flags(sub, &flags->build, "[--model] ");
   sub->add_option("--batch", o.batch, "Images per inference")->capture_default_str();
   sub->add_option("--warmup-ms", o.warmup_ms, "Warm-up before measuring, milliseconds of host time")
       ->capture_default_str();

@@ -247,14 +247,9 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
     GPULAB_ASSIGN_OR_RETURN(engine, Engine::load(request.plan_path, options.device));
   } else {
     GPULAB_ASSIGN_OR_RETURN(const Precision precision, parse_precision(request.precision));
-    BuildOptions build;
+    BuildOptions build = request.build;
     build.precision = precision;
     build.max_batch = options.batch;
-    build.timing_cache_path = request.timing_cache_path;
-    build.stem_space_to_depth = request.stem_space_to_depth;
-    build.fuse_stem = request.fuse_stem;
-    build.fold_input_casts = request.fold_input_casts;
-    build.max_workspace_bytes = request.max_workspace_bytes;
     build.device = options.device;
     GPULAB_ASSIGN_OR_RETURN(engine, Engine::build_from_onnx(request.model_path, build));
   }

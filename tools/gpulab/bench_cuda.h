@@ -14,15 +14,13 @@
 namespace gpulab::cli {
 
 struct EngineBenchRequest {
-  std::string model_path;                      // ONNX model to build (exclusive with plan_path)
-  std::string plan_path;                       // saved plan to load
-  std::string precision = "fp16";              // for model_path: fp32, tf32, fp16, bf16
-  std::string timing_cache_path;               // "" = none
-  bool stem_space_to_depth = true;             // BuildOptions::stem_space_to_depth
-  bool fuse_stem = true;                       // BuildOptions::fuse_stem
-  bool fold_input_casts = true;                // BuildOptions::fold_input_casts
-  std::optional<int64_t> max_workspace_bytes;  // BuildOptions::max_workspace_bytes
-  bool measure_ceilings = false;               // --ceilings: device copy bandwidth and GEMM rate
+  std::string model_path;          // ONNX model to build (exclusive with plan_path)
+  std::string plan_path;           // saved plan to load
+  std::string precision = "fp16";  // for model_path: fp32, tf32, fp16, bf16
+  // For model_path: the build flags' options; precision, max_batch and device come from above
+  // and from the BenchOptions.
+  BuildOptions build;
+  bool measure_ceilings = false;  // --ceilings: device copy bandwidth and GEMM rate
   // Reads clocks, power and clock-event reasons of a CUDA device through NVML (the CLI
   // provides it when telemetry is built); empty or nullopt: not recorded.
   std::function<std::optional<measure::GpuState>(int device)> read_gpu_state;

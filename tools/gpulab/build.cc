@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "build_flags.h"
 #include "cli.h"
 #include "gpulab/engine.h"
 
@@ -14,14 +15,11 @@ namespace gpulab::cli {
 
 void add_build_command(CLI::App& app) {
   struct Options {
-    std::string model, output, precision = "fp16", timing_cache;
+    std::string model, output, precision = "fp16";
     int64_t max_batch = 32;
     std::vector<std::string> layer_precision;
     bool no_tactic_timing = false;
-    bool no_stem_space_to_depth = false;
-    bool no_fuse_stem = false;
-    bool no_fold_casts = false;
-    std::optional<int64_t> max_workspace_mib;
+    BuildFlags build;
     int device = 0;
   };
   auto opts = std::make_shared<Options>();
@@ -32,36 +30,18 @@ void add_build_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16"}));
   sub->add_option("--max-batch", opts->max_batch, "Largest batch the plan accepts (1..1048576)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  sub->add_option("--timing-cache", opts->timing_cache,
-                  "Timing cache file: read before, updated after tactic timing");
   sub->add_option("--layer-precision", opts->layer_precision, "Per-layer precision, NAME=fp32 (repeatable)");
   sub->add_flag("--no-tactic-timing", opts->no_tactic_timing,
                 "Take cuDNN's heuristic choice instead of timing");
-  sub->add_flag("--no-stem-space-to-depth", opts->no_stem_space_to_depth,
-                "Keep a strided few-channel stem convolution as it is (no space-to-depth rewrite)");
-  sub->add_flag("--no-fuse-stem", opts->no_fuse_stem,
-                "Keep the stem's input conversion, convolution and max pool as three steps (no fused "
-                "stem kernel)");
-  sub->add_flag("--no-fold-casts", opts->no_fold_casts,
-                "Keep the float32 copy of each 16-bit input a float32 depthwise layer reads (BF16 "
-                "MobileNetV2) instead of reading it directly");
-  sub->add_option("--max-workspace-mib", opts->max_workspace_mib,
-                  "Skip cuDNN candidates that need more workspace than this (MiB; 0..1048576; default: a "
-                  "quarter of the GPU's free memory)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  add_build_flags(sub, &opts->build);
   sub->add_option("--device", opts->device, "CUDA device ordinal");
   on_run(sub, [opts]() -> int {
-    BuildOptions options;
+    GPULAB_ASSIGN_OR_REPORT(BuildOptions options, build_options_from(opts->build));
     auto precision = parse_precision(opts->precision);
     if (!precision.is_ok()) return report(precision.status());
     options.precision = *precision;
     options.max_batch = opts->max_batch;
-    options.timing_cache_path = opts->timing_cache;
     options.time_tactics = !opts->no_tactic_timing;
-    options.stem_space_to_depth = !opts->no_stem_space_to_depth;
-    options.fuse_stem = !opts->no_fuse_stem;
-    options.fold_input_casts = !opts->no_fold_casts;
-    if (opts->max_workspace_mib) options.max_workspace_bytes = *opts->max_workspace_mib << 20;
     options.device = opts->device;
     for (const auto& item : opts->layer_precision) {
       const auto eq = item.find('=');

@@ -95,6 +95,20 @@ TEST_F(BenchCli, ModelOrPlanIsRequired) {
   }
 }
 
+// `gpulab build` declares and checks the same build flags (tools/gpulab/build_flags.h).
+TEST_F(BenchCli, BuildChecksTheSharedBuildFlags) {
+  const CliRun run =
+      run_gpulab("build " + model_ + " -o " + (dir_ / "x.plan").string() + " --max-workspace-mib=-1");
+  EXPECT_EQ(run.exit_code, exit_code_for(StatusCode::kInvalidArgument)) << run.output;
+  EXPECT_NE(run.output.find("gpulab: invalid argument: --max-workspace-mib: -1 is outside 0..1048576"),
+            std::string::npos)
+      << run.output;
+  const CliRun help = run_gpulab("build --help");
+  for (const char* flag : {"--timing-cache", "--no-stem-space-to-depth", "--no-fuse-stem", "--no-fold-casts",
+                           "--max-workspace-mib"})
+    EXPECT_NE(help.output.find(flag), std::string::npos) << flag << "\n" << help.output;
+}
+
 TEST_F(BenchCli, MissingModelIsNotFound) {
   const CliRun run = run_gpulab("bench --model " + (dir_ / "absent.onnx").string());
   EXPECT_EQ(run.exit_code, exit_code_for(StatusCode::kNotFound)) << run.output;

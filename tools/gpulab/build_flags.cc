@@ -1,0 +1,57 @@
+#include "build_flags.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace gpulab::cli {
+
+void add_build_flags(CLI::App* sub, BuildFlags* flags, std::string_view help_prefix) {
+  const auto help = [help_prefix](std::string_view text) {
+    return std::string(help_prefix) + std::string(text);
+  };
+  sub->add_option("--timing-cache", flags->timing_cache,
+                  help("Timing cache file: read before tactic timing, updated after it"));
+  sub->add_flag("--no-stem-space-to-depth", flags->no_stem_space_to_depth,
+                help("Keep a strided few-channel stem convolution as it is (no space-to-depth rewrite)"));
+  sub->add_flag("--no-fuse-stem", flags->no_fuse_stem,
+                help("Keep the stem's input conversion, convolution and max pool as three steps (no fused "
+                     "stem kernel)"));
+  sub->add_flag("--no-fold-casts", flags->no_fold_casts,
+                help("Keep the float32 copy of each 16-bit input a float32 depthwise layer reads (BF16 "
+                     "MobileNetV2) instead of reading it directly"));
+  sub->add_option(
+      "--max-workspace-mib", flags->max_workspace_mib,
+      help("Skip cuDNN candidates that need more workspace than this (MiB; 0..1048576; default: a "
+           "quarter of the GPU's free memory)"));
+}
+
+Result<BuildOptions> build_options_from(const BuildFlags& flags) {
+  if (flags.max_workspace_mib &&
+      (*flags.max_workspace_mib < 0 || *flags.max_workspace_mib > kMaxWorkspaceMib)) {
+    return Status::invalid_argument(
+        fmt::format("--max-workspace-mib: {} is outside 0..{}. Give the most workspace, in MiB, a cuDNN "
+                    "candidate may use (without it: a quarter of the GPU's free memory).",
+                    *flags.max_workspace_mib, kMaxWorkspaceMib));
+  }
+  BuildOptions options;
+  options.timing_cache_path = flags.timing_cache;
+  options.stem_space_to_depth = !flags.no_stem_space_to_depth;
+  options.fuse_stem = !flags.no_fuse_stem;
+  options.fold_input_casts = !flags.no_fold_casts;
+  if (flags.max_workspace_mib) options.max_workspace_bytes = *flags.max_workspace_mib << 20;
+  return options;
+}
+
+const char* first_build_flag_given(const BuildFlags& flags) {
+  const std::pair<const char*, bool> given[] = {{"--timing-cache", !flags.timing_cache.empty()},
+                                                {"--no-stem-space-to-depth", flags.no_stem_space_to_depth},
+                                                {"--no-fuse-stem", flags.no_fuse_stem},
+                                                {"--no-fold-casts", flags.no_fold_casts},
+                                                {"--max-workspace-mib", flags.max_workspace_mib.has_value()}};
+  for (const auto& [flag, is_given] : given)
+    if (is_given) return flag;
+  return nullptr;
+}
+
+}  // namespace gpulab::cli

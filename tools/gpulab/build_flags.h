@@ -1,0 +1,39 @@
+// The flags that change how a plan is built, shared by `gpulab build` and `gpulab bench --model`:
+// one declaration, one check and one mapping onto BuildOptions for both.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gpulab/engine.h"
+#include "gpulab/status.h"
+
+namespace gpulab::cli {
+
+struct BuildFlags {
+  std::string timing_cache;
+  bool no_stem_space_to_depth = false;
+  bool no_fuse_stem = false;
+  bool no_fold_casts = false;
+  std::optional<int64_t> max_workspace_mib;
+};
+
+// The largest --max-workspace-mib (1 TiB).
+inline constexpr int64_t kMaxWorkspaceMib = int64_t{1} << 20;
+
+// Declares --timing-cache, --no-stem-space-to-depth, --no-fuse-stem, --no-fold-casts and
+// --max-workspace-mib on `sub`; `help_prefix` starts each help text ("[--model] " for bench).
+void add_build_flags(CLI::App* sub, BuildFlags* flags, std::string_view help_prefix = "");
+
+// BuildOptions with the flags' fields set (the rest as default), or kInvalidArgument naming
+// --max-workspace-mib when it is outside 0..kMaxWorkspaceMib.
+Result<BuildOptions> build_options_from(const BuildFlags& flags);
+
+// The first of the flags that was given (for `bench --plan`, where they would do nothing), or
+// nullptr.
+const char* first_build_flag_given(const BuildFlags& flags);
+
+}  // namespace gpulab::cli
