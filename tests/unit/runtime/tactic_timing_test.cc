@@ -39,7 +39,7 @@ TEST(TacticTiming, WorkspaceLimitIsTheUsersOrAQuarterOfFreeMemory) {
   // need none.
   EXPECT_EQ(workspace_limit(2 * kGiB, 140 * kGiB), 2 * kGiB);
   EXPECT_EQ(workspace_limit(int64_t{0}, 140 * kGiB), 0);
-  // Unset: a quarter of the free memory (an idle H200: 35 GiB; a 24 GiB card with 20 free: 5).
+  // Unset: a quarter of the free memory (140 GiB free: 35; 20 GiB free: 5).
   EXPECT_EQ(workspace_limit(std::nullopt, 140 * kGiB), 35 * kGiB);
   EXPECT_EQ(workspace_limit(std::nullopt, 20 * kGiB), 5 * kGiB);
   // ... but never below the floor, so that small engines still run on a nearly full device.
