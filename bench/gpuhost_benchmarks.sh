@@ -83,9 +83,10 @@ if has accuracy; then
 fi
 if has bench; then
   # GPU compute time (inputs already on the device), CUDA graphs, median; one timing cache.
-  # BENCH_CONFIGS overrides the list: "model:precision:batch[:nos2d|:nofuse|:nofold] ..." with
-  # model r18 or mnv2; nos2d builds without the space-to-depth stem rewrite, nofuse without the
-  # fused stem kernel, nofold with the float32 casts before depthwise layers (for before/after).
+  # BENCH_CONFIGS overrides the list: "model:precision:batch[:nos2d|:nofuse|:nofold|:nochunk] ..."
+  # with model r18 or mnv2; nos2d builds without the space-to-depth stem rewrite, nofuse without
+  # the fused stem kernel, nofold with the float32 casts before depthwise layers, nochunk without
+  # batch-chunked tactics (for before/after).
   # PROFILE_CONFIGS (same form) get a per-layer profile (eager) as well.
   configs=${BENCH_CONFIGS:-"r18:fp16:256 r18:fp16:1 r18:fp32:256 r18:tf32:256 r18:bf16:256 mnv2:fp16:256 mnv2:fp16:1 mnv2:fp32:256 mnv2:bf16:256"}
   bench_one() {  # model precision batch extra-flags name-suffix [more bench flags]
@@ -108,6 +109,7 @@ if has bench; then
       [ "$f" = nos2d ] && extra="--no-stem-space-to-depth" suffix=_nos2d
       [ "$f" = nofuse ] && extra="--no-fuse-stem" suffix=_nofuse
       [ "$f" = nofold ] && extra="--no-fold-casts" suffix=_nofold
+      [ "$f" = nochunk ] && extra="--no-batch-chunks" suffix=_nochunk
       [ "$(left)" -lt 60 ] && break
       bench_one "$m" "$p" "$b" "$extra" "$suffix$([ $# -gt 0 ] && echo _profile)" "$@"
     done

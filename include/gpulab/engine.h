@@ -63,6 +63,10 @@ struct BuildOptions {
   // 1 GiB that was the fixed limit before). A context allocates one workspace, the largest its
   // steps chose.
   std::optional<int64_t> max_workspace_bytes;
+  // At a max batch above 256, also time cuDNN's best batch-256 configuration run over the batch in
+  // chunks of 256 images, for layers whose launch takes over 1 ms: some engines the heuristics
+  // offer at batch 1024 take three times as long per image (ResNet-18 FP32).
+  bool batch_chunks = true;
 };
 
 // One step of a plan, for reports (inspect, bench --profile).

@@ -3,15 +3,34 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <span>
 
 #include "backends/cuda/cutlass_conv.h"
 #include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/kernels/kernels.h"
 #include "backends/cuda/wgmma_conv.h"
+#include "gpulab/tensor.h"
 #include "runtime/step_problems.h"
 
 namespace gpulab {
+
+std::optional<ChunkedTactic> parse_chunked_tactic(std::string_view tactic) {
+  if (!tactic.starts_with(kChunkTacticPrefix)) return std::nullopt;
+  const std::string_view rest = tactic.substr(kChunkTacticPrefix.size());
+  const size_t colon = rest.find(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  ChunkedTactic parsed;
+  const auto [end, error] = std::from_chars(rest.data(), rest.data() + colon, parsed.chunk);
+  if (error != std::errc() || end != rest.data() + colon || parsed.chunk < 1) return std::nullopt;
+  parsed.inner = rest.substr(colon + 1);
+  if (!parsed.inner.starts_with("cudnn:") && !parsed.inner.starts_with("cudnn-unfused:")) return std::nullopt;
+  return parsed;
+}
+
+std::string chunked_tactic(int64_t chunk, std::string_view inner) {
+  return fmt::format("{}{}:{}", kChunkTacticPrefix, chunk, inner);
+}
 
 ConvKernel conv_kernel_of_tactic(std::string_view tactic) {
   if (tactic == kDirectTactic) return ConvKernel::kDirect;
@@ -30,12 +49,36 @@ Status check_conv_tactic(std::string_view tactic) {
       (kernel == ConvKernel::kWgmma3x3 && !known(cuda::wgmma_conv_tactics())))
     return Status::unsupported(fmt::format(
         "conv: tactic \"{}\" is not a kernel this gpulab has (chosen by another gpulab version).", tactic));
+  if (tactic.starts_with(kChunkTacticPrefix) && !parse_chunked_tactic(tactic))
+    return Status::unsupported(fmt::format(
+        "conv: tactic \"{}\" is not \"chunk<images>:<cuDNN tactic>\" (a damaged plan or timing cache?).",
+        tactic));
   return Status::ok();
 }
 
 ConvKernel conv_kernel_for(std::string_view tactic, const cuda::CudnnConv* conv) {
   const ConvKernel kernel = conv_kernel_of_tactic(tactic);
   return kernel == ConvKernel::kCudnn && !conv ? ConvKernel::kDirect : kernel;
+}
+
+Result<std::unique_ptr<cuda::CudnnConv>> prepare_cudnn_conv(cudnnHandle_t handle,
+                                                            const cuda::ConvProblem& problem,
+                                                            std::string_view tactic, bool timed_batch) {
+  Result<std::unique_ptr<cuda::CudnnConv>> conv = Status::unsupported("no tactic");
+  if (timed_batch && tactic.starts_with("cudnn"))
+    conv = cuda::CudnnConv::with_tactic(handle, problem, std::string(tactic));
+  const bool unfused = tactic.starts_with("cudnn-unfused:");
+  if (!conv.is_ok()) {
+    auto form = problem;
+    form.fused = !unfused;
+    conv = cuda::CudnnConv::with_heuristic_choice(handle, form);
+  }
+  if (!conv.is_ok() && !unfused) {
+    auto form = problem;
+    form.fused = false;
+    conv = cuda::CudnnConv::with_heuristic_choice(handle, form);
+  }
+  return conv;
 }
 
 Status launch_conv_step(const cuda::ConvProblem& p, ConvKernel kernel, std::string_view tactic,
@@ -92,6 +135,30 @@ Status launch_conv_step(const cuda::ConvProblem& p, ConvKernel kernel, std::stri
     d.clip_max = a.clip_max;
     d.dtype = p.dtype;
     GPULAB_TRY(kernels::launch_unary(d, ptrs.y, ptrs.y, stream));
+  }
+  return Status::ok();
+}
+
+Status launch_chunked_conv_step(const cuda::ConvProblem& problem, int64_t chunk, const cuda::CudnnConv& full,
+                                const cuda::CudnnConv* tail, cudnnHandle_t handle,
+                                const cuda::ConvPointers& ptrs, void* workspace, cudaStream_t stream) {
+  const ChunkSplit split = split_batch(problem.n, chunk);
+  if (split.tail > 0 && !tail)
+    return Status::internal("launch_chunked_conv_step: a remainder without a cuDNN plan for it.");
+  const int64_t x_image_bytes = problem.c * problem.h * problem.w *
+                                static_cast<int64_t>(dtype_size(problem.x_dtype.value_or(problem.dtype)));
+  const int64_t y_image_bytes =
+      problem.k * problem.out_h * problem.out_w * static_cast<int64_t>(dtype_size(problem.dtype));
+  cuda::ConvProblem part = problem;
+  for (int64_t i = 0, first = 0; i <= split.full; ++i, first += chunk) {
+    part.n = i < split.full ? chunk : split.tail;
+    if (part.n == 0) break;
+    cuda::ConvPointers p = ptrs;
+    p.x = static_cast<const char*>(ptrs.x) + first * x_image_bytes;
+    if (ptrs.residual) p.residual = static_cast<const char*>(ptrs.residual) + first * y_image_bytes;
+    p.y = static_cast<char*>(ptrs.y) + first * y_image_bytes;
+    GPULAB_TRY(launch_conv_step(part, ConvKernel::kCudnn, {}, i < split.full ? &full : tail, handle, p,
+                                workspace, stream));
   }
   return Status::ok();
 }

@@ -8,6 +8,10 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "backends/cuda/cudnn_conv.h"
@@ -27,20 +31,56 @@ inline constexpr std::string_view kCutlassTacticPrefix = "cutlass:";
 // The tactic of a kStem step (kernels::launch_fused_stem, the only kernel that runs one).
 inline constexpr std::string_view kFusedStemTactic = "fused-stem";
 
+// A cuDNN tactic timed at a smaller batch and run over the batch in chunks of that size:
+// "chunk<images>:<cuDNN tactic>", e.g. "chunk256:cudnn:70;...". cuDNN's engines do not all scale
+// with the batch: at batch 1024 in FP32, ResNet-18's layer1 got engines that took 3x longer per
+// image than batch 256's winners (docs/performance.md). A chunked step launches the tactic once
+// per full chunk and cuDNN's heuristic choice once for the remainder.
+inline constexpr std::string_view kChunkTacticPrefix = "chunk";
+struct ChunkedTactic {
+  int64_t chunk = 0;       // images per launch, >= 1
+  std::string_view inner;  // "cudnn:..." or "cudnn-unfused:..."
+};
+// The parts of a "chunk<images>:<cuDNN tactic>" string; nullopt for any other string, or for one
+// whose count is not a positive integer or whose inner tactic is not cuDNN's.
+std::optional<ChunkedTactic> parse_chunked_tactic(std::string_view tactic);
+std::string chunked_tactic(int64_t chunk, std::string_view inner);
+
+// How a batch splits into chunks: `full` launches of `chunk` images, then one of `tail` images
+// when tail > 0. A batch no larger than the chunk is one launch at its own size (full = 0).
+struct ChunkSplit {
+  int64_t full = 0;
+  int64_t tail = 0;
+};
+constexpr ChunkSplit split_batch(int64_t batch, int64_t chunk) {
+  if (batch <= chunk) return {0, batch};
+  return {batch / chunk, batch % chunk};
+}
+
 // The kernel a tactic string names: "direct", "depthwise", "cutlass:..." and "wgmma-conv3x3:..."
-// are gpulab's own; anything else ("cudnn:...", "cudnn-unfused:...", "" for the default) is cuDNN.
+// are gpulab's own; anything else ("cudnn:...", "cudnn-unfused:...", "chunk<n>:cudnn...", "" for
+// the default) is cuDNN.
 ConvKernel conv_kernel_of_tactic(std::string_view tactic);
 
 // OK unless `tactic` names one of gpulab's own kernels that this build does not have: a CUTLASS
 // tile or wgmma variant outside cuda::cutlass_conv_tactics() / cuda::wgmma_conv_tactics(), as in
 // a plan or timing cache from another gpulab version (stop 14 removed five wgmma variants).
-// Then unsupported, naming the tactic. cuDNN tactics are checked when their plan is built.
+// Then unsupported, naming the tactic; also for a "chunk" string parse_chunked_tactic refuses.
+// cuDNN tactics are checked when their plan is built.
 Status check_conv_tactic(std::string_view tactic);
 
 // The kernel that runs a step whose tactic is `tactic` and for which `conv` was prepared (null
 // when no cuDNN plan was built): own kernels by name; a cuDNN tactic without a plan falls back
 // to the direct convolution.
 ConvKernel conv_kernel_for(std::string_view tactic, const cuda::CudnnConv* conv);
+
+// The cuDNN plan that runs a cuDNN `tactic` on `problem`: exactly that engine configuration when
+// `timed_batch` (problem.n is the batch the tactic was timed at), else cuDNN's heuristic choice
+// for the same graph form, else for the convolution-only form. An error when none builds (the
+// caller falls back to the direct convolution).
+Result<std::unique_ptr<cuda::CudnnConv>> prepare_cudnn_conv(cudnnHandle_t handle,
+                                                            const cuda::ConvProblem& problem,
+                                                            std::string_view tactic, bool timed_batch);
 
 // `kernel` kCudnn needs `conv` (`handle` bound to `stream`, `workspace` of conv->workspace_bytes());
 // the own kernels ignore conv, handle and workspace. kDepthwise returns invalid_argument for a
@@ -51,5 +91,13 @@ ConvKernel conv_kernel_for(std::string_view tactic, const cuda::CudnnConv* conv)
 Status launch_conv_step(const cuda::ConvProblem& problem, ConvKernel kernel, std::string_view tactic,
                         const cuda::CudnnConv* conv, cudnnHandle_t handle, const cuda::ConvPointers& ptrs,
                         void* workspace, cudaStream_t stream);
+
+// A chunked step (ChunkedTactic) over problem.n images: `full` (cuDNN, prepared at `chunk` images)
+// runs each full chunk, `tail` (prepared at problem.n % chunk images; null when that is 0) the
+// rest. The pointers advance by one chunk of x, residual and y per launch. Both share `workspace`,
+// which holds the larger of their workspaces.
+Status launch_chunked_conv_step(const cuda::ConvProblem& problem, int64_t chunk, const cuda::CudnnConv& full,
+                                const cuda::CudnnConv* tail, cudnnHandle_t handle,
+                                const cuda::ConvPointers& ptrs, void* workspace, cudaStream_t stream);
 
 }  // namespace gpulab

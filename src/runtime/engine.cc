@@ -48,7 +48,11 @@ class ContextImpl final : public ExecutionContext {
 
  private:
   struct BatchState {
-    std::vector<std::unique_ptr<cuda::CudnnConv>> convs;     // per step; null: direct convolution
+    std::vector<std::unique_ptr<cuda::CudnnConv>> convs;  // per step; null: direct convolution
+    // Chunked steps (ChunkedTactic) at a batch larger than their chunk: the chunk size, with convs
+    // prepared at that size and tails at the remainder (null when there is none). 0: one launch.
+    std::vector<int64_t> chunks;
+    std::vector<std::unique_ptr<cuda::CudnnConv>> tails;
     std::vector<std::unique_ptr<cuda::CublasLtGemm>> gemms;  // per step
     cudaGraphExec_t exec = nullptr;
     const float* graph_input = nullptr;
@@ -211,6 +215,8 @@ Status ContextImpl::prepare(int64_t batch, BatchState** out) {
   }
   BatchState state;
   state.convs.resize(plan.steps.size());
+  state.chunks.assign(plan.steps.size(), 0);
+  state.tails.resize(plan.steps.size());
   state.gemms.resize(plan.steps.size());
   int64_t need_ws = kGemmWorkspaceBytes;
   for (size_t i = 0; i < plan.steps.size(); ++i) {
@@ -219,29 +225,44 @@ Status ContextImpl::prepare(int64_t batch, BatchState** out) {
       // gpulab's own kernels ("direct", "depthwise", "cutlass:...") run at every batch size, without a
       // cuDNN plan.
       if (conv_kernel_of_tactic(step.tactic) != ConvKernel::kCudnn) continue;
-      const auto problem = conv_problem(plan, step, batch);
-      Result<std::unique_ptr<cuda::CudnnConv>> conv = Status::unsupported("no tactic");
-      const bool unfused = step.tactic.rfind("cudnn-unfused:", 0) == 0;
-      if (batch == plan.max_batch && step.tactic.rfind("cudnn", 0) == 0)
-        conv = cuda::CudnnConv::with_tactic(libs_.cudnn(), problem, step.tactic);
-      // Other batch sizes: the heuristic's choice for the same graph form as the timed tactic.
-      if (!conv.is_ok()) {
-        auto form = problem;
-        form.fused = !unfused;
-        conv = cuda::CudnnConv::with_heuristic_choice(libs_.cudnn(), form);
+      // A chunked tactic was timed at its chunk size and runs the full chunks; the remainder, or a
+      // batch no larger than a chunk, gets a plan of its own size. Any other cuDNN tactic was timed
+      // at the plan's max batch.
+      const auto chunked = parse_chunked_tactic(step.tactic);
+      const std::string_view tactic = chunked ? chunked->inner : std::string_view(step.tactic);
+      const int64_t timed_batch = chunked ? chunked->chunk : plan.max_batch;
+      const ChunkSplit split = chunked ? split_batch(batch, chunked->chunk) : ChunkSplit{0, batch};
+      std::unique_ptr<cuda::CudnnConv> full, rest;
+      Status failed;
+      if (split.full > 0) {
+        auto conv = prepare_cudnn_conv(libs_.cudnn(), conv_problem(plan, step, chunked->chunk), tactic, true);
+        if (conv.is_ok())
+          full = std::move(conv).value();
+        else
+          failed = conv.status();
       }
-      if (!conv.is_ok() && !unfused) {
-        auto form = problem;
-        form.fused = false;
-        conv = cuda::CudnnConv::with_heuristic_choice(libs_.cudnn(), form);
+      if (failed.is_ok() && split.tail > 0) {
+        auto conv = prepare_cudnn_conv(libs_.cudnn(), conv_problem(plan, step, split.tail), tactic,
+                                       split.tail == timed_batch);
+        if (conv.is_ok())
+          rest = std::move(conv).value();
+        else
+          failed = conv.status();
       }
-      if (!conv.is_ok()) {
+      if (!failed.is_ok()) {
         log_info("context: {} at batch {}: {}; using the direct convolution", step.name, batch,
-                 conv.status().message());
+                 failed.message());
         continue;
       }
-      need_ws = std::max(need_ws, (*conv)->workspace_bytes());
-      state.convs[i] = std::move(conv).value();
+      for (const auto* conv : {full.get(), rest.get()})
+        if (conv) need_ws = std::max(need_ws, conv->workspace_bytes());
+      if (full) {
+        state.chunks[i] = chunked->chunk;
+        state.convs[i] = std::move(full);
+        state.tails[i] = std::move(rest);
+      } else {
+        state.convs[i] = std::move(rest);
+      }
     } else if (step.kind == StepKind::kGemm) {
       GPULAB_ASSIGN_OR_RETURN(
           state.gemms[i],
@@ -295,8 +316,12 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
             value_ptr(step.inputs[0]), engine_->weight(step.weight), engine_->weight(step.bias),
             step.conv.has_residual ? value_ptr(step.inputs[1]) : nullptr, value_ptr(step.output)};
         const cuda::CudnnConv* conv = state.convs[i].get();
-        status = launch_conv_step(conv_problem(plan, step, batch), conv_kernel_for(step.tactic, conv),
-                                  step.tactic, conv, libs_.cudnn(), ptrs, workspace_.get(), stream);
+        const cuda::ConvProblem problem = conv_problem(plan, step, batch);
+        status = state.chunks[i] > 0
+                     ? launch_chunked_conv_step(problem, state.chunks[i], *conv, state.tails[i].get(),
+                                                libs_.cudnn(), ptrs, workspace_.get(), stream)
+                     : launch_conv_step(problem, conv_kernel_for(step.tactic, conv), step.tactic, conv,
+                                        libs_.cudnn(), ptrs, workspace_.get(), stream);
         break;
       }
       case StepKind::kGemm:

@@ -54,4 +54,16 @@ constexpr int64_t workspace_limit(std::optional<int64_t> set_bytes, uint64_t fre
                                                                  : static_cast<int64_t>(quarter);
 }
 
+// Batch chunks (ChunkedTactic, conv_step.h): a layer of a plan built for more than kChunkImages
+// images whose best launch at the max batch still takes more than kChunkSearchMs also gets cuDNN's
+// candidates timed at kChunkImages, and the best of them is timed once more run in chunks over
+// the max batch. cuDNN's heuristics serve batch 256 well (ResNet-18 FP32: engines 70/44 there,
+// engines 11/28 at three times the time per image at batch 1024); the threshold keeps the extra
+// search to layers where a 1024-image launch is long, so that it pays for its build time.
+inline constexpr int64_t kChunkImages = 256;
+inline constexpr double kChunkSearchMs = 1.0;
+constexpr bool try_chunks(int64_t max_batch, double best_ms) {
+  return max_batch > kChunkImages && best_ms > kChunkSearchMs;
+}
+
 }  // namespace gpulab::tactic_timing

@@ -61,6 +61,12 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
            options.max_workspace_bytes
                ? ""
                : " (a quarter of the free device memory; --max-workspace-mib sets it)");
+  // A workspace limit the user set can change the winner, and so can leaving batch chunks out:
+  // both are part of the timing cache's key.
+  const std::string key_suffix = fmt::format(
+      "{}{}",
+      options.max_workspace_bytes ? fmt::format("|ws{}", *options.max_workspace_bytes) : std::string(),
+      options.batch_chunks ? "" : "|nochunk");
   cuda::LibraryHandles libs;
   GPULAB_TRY(libs.init());
   cudaStream_t stream = nullptr;
@@ -116,11 +122,139 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     std::sort(times.begin(), times.end());
     return std::optional<double>(times[times.size() / 2]);
   };
-  auto note_own = [&](const std::string& tactic) {
+  auto count_tactic = [&](const std::string& tactic) {
     if (conv_kernel_of_tactic(tactic) != ConvKernel::kCudnn) ++report.own_kernel_layers;
+    if (parse_chunked_tactic(tactic)) ++report.chunked_layers;
   };
 
+  // cuDNN's candidates for one problem: the fused graph's first, then the convolution-only
+  // graph's (followed by gpulab's epilogue kernels, timed with them).
+  struct CudnnSearch {
+    std::string label;  // "layer1.0.conv1" or "layer1.0.conv1 at batch 256", for the log
+    std::vector<std::unique_ptr<cuda::CudnnConv>> forms;
+    // Per form: the next candidate index and how many were timed, so that the wide search goes on
+    // where the first pass stopped.
+    std::vector<int64_t> next, timed;
+    int rejected = 0, over_workspace = 0, failed = 0;  // why candidates did not get timed
+    double best_ms = tactic_timing::kNoLimit;
+    std::string best;  // "" when none ran
+  };
+  auto make_search = [&](const cuda::ConvProblem& problem, std::string label) {
+    CudnnSearch search;
+    search.label = std::move(label);
+    for (bool fused : {true, false}) {
+      auto form = problem;
+      form.fused = fused;
+      auto conv = cuda::CudnnConv::with_candidates(libs.cudnn(), form);
+      if (conv.is_ok()) {
+        log_info("tactics: {} ({}): {} cuDNN candidates", search.label, fused ? "fused" : "unfused",
+                 (*conv)->candidate_count());
+        search.forms.push_back(std::move(conv).value());
+      } else {
+        log_info("tactics: {} ({}): {}", search.label, fused ? "fused" : "unfused", conv.status().message());
+      }
+    }
+    search.next.assign(search.forms.size(), 0);
+    search.timed.assign(search.forms.size(), 0);
+    return search;
+  };
   Scratch x, w, b, r, y, ws;
+  // Times candidates of form `f` until `max_timed` of them ran; `ptrs` hold problem.n images.
+  auto time_cudnn = [&](CudnnSearch& search, size_t f, const cuda::ConvProblem& problem,
+                        const cuda::ConvPointers& ptrs, int64_t max_timed) -> Status {
+    auto& conv = search.forms[f];
+    for (; search.next[f] < conv->candidate_count() && search.timed[f] < max_timed; ++search.next[f]) {
+      const int64_t i = search.next[f];
+      if (const Status built = conv->select(i); !built.is_ok()) {
+        ++search.rejected;
+        log_debug("tactics: {} candidate {} rejected when built: {}", search.label, i, built.message());
+        continue;
+      }
+      const int64_t ws_bytes = conv->workspace_bytes();
+      if (ws_bytes > ws_limit) {
+        ++search.over_workspace;
+        log_debug("tactics: {} candidate {} {} needs {} MiB of workspace", search.label, i, conv->tactic(i),
+                  ws_bytes >> 20);
+        continue;
+      }
+      GPULAB_TRY(ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
+      auto run = [&] {
+        return launch_conv_step(problem, ConvKernel::kCudnn, {}, conv.get(), libs.cudnn(), ptrs,
+                                ws.buffer.get(), stream);
+      };
+      GPULAB_ASSIGN_OR_RETURN(
+          const std::optional<double> ms,
+          time_candidate(run, tactic_timing::give_up_ms(search.best_ms), false,
+                         fmt::format("{} candidate {} {}", search.label, i, conv->tactic(i))));
+      if (!ms) {
+        ++search.failed;
+        continue;
+      }
+      ++search.timed[f];
+      log_debug("tactics: {} candidate {} {} {:.4f} ms", search.label, i, conv->tactic(i), *ms);
+      if (*ms < search.best_ms) {
+        search.best_ms = *ms;
+        search.best = conv->tactic(i);
+      }
+    }
+    return Status::ok();
+  };
+  // Time up to kMaxFusedCandidates / kMaxUnfusedCandidates candidates that cuDNN builds (those it
+  // rejects do not count: FP32 without tensor cores rejected the first nine of forty on the H200),
+  // then up to kMaxWideCandidates when the best is still slow.
+  auto run_search = [&](CudnnSearch& search, const cuda::ConvProblem& problem,
+                        const cuda::ConvPointers& ptrs) -> Status {
+    for (size_t f = 0; f < search.forms.size(); ++f)
+      GPULAB_TRY(time_cudnn(search, f, problem, ptrs,
+                            search.forms[f]->fused() ? kMaxFusedCandidates : kMaxUnfusedCandidates));
+    if (search.best_ms > kWideSearchMs) {
+      for (size_t f = 0; f < search.forms.size(); ++f)
+        GPULAB_TRY(time_cudnn(search, f, problem, ptrs, kMaxWideCandidates));
+      int64_t timed = 0;
+      for (int64_t t : search.timed) timed += t;
+      log_info("tactics: {}: wide search, {} candidates timed", search.label, timed);
+    }
+    return Status::ok();
+  };
+  // Times the cuDNN tactic `inner` (timed at kChunkImages) run in chunks over problem.n images as
+  // the runtime would run it (conv_step.h), and makes it `best` when it beats `best_ms`.
+  auto time_chunked = [&](const PlanStep& step, const cuda::ConvProblem& problem, const std::string& inner,
+                          const cuda::ConvPointers& ptrs, double& best_ms, std::string& best) -> Status {
+    constexpr int64_t kChunk = tactic_timing::kChunkImages;
+    const std::string tactic = chunked_tactic(kChunk, inner);
+    const ChunkSplit split = split_batch(problem.n, kChunk);
+    auto full = prepare_cudnn_conv(libs.cudnn(), conv_problem(plan, step, kChunk), inner, true);
+    Result<std::unique_ptr<cuda::CudnnConv>> tail = std::unique_ptr<cuda::CudnnConv>();
+    if (full.is_ok() && split.tail > 0)
+      tail = prepare_cudnn_conv(libs.cudnn(), conv_problem(plan, step, split.tail), inner, false);
+    if (!full.is_ok() || !tail.is_ok()) {
+      log_debug("tactics: {} candidate {}: {}", step.name, tactic,
+                (full.is_ok() ? tail.status() : full.status()).message());
+      return Status::ok();
+    }
+    const int64_t ws_bytes = std::max((*full)->workspace_bytes(), *tail ? (*tail)->workspace_bytes() : 0);
+    if (ws_bytes > ws_limit) {
+      log_debug("tactics: {} candidate {} needs {} MiB of workspace", step.name, tactic, ws_bytes >> 20);
+      return Status::ok();
+    }
+    GPULAB_TRY(ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
+    auto run = [&] {
+      return launch_chunked_conv_step(problem, kChunk, **full, tail->get(), libs.cudnn(), ptrs,
+                                      ws.buffer.get(), stream);
+    };
+    GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
+                            time_candidate(run, tactic_timing::give_up_ms(best_ms), false,
+                                           fmt::format("{} candidate {}", step.name, tactic)));
+    if (!ms) return Status::ok();
+    log_info("tactics: {}: {} in chunks of {}: {:.4f} ms (best so far {:.4f} ms)", step.name, inner, kChunk,
+             *ms, best_ms);
+    if (*ms < best_ms) {
+      best_ms = *ms;
+      best = tactic;
+    }
+    return Status::ok();
+  };
+
   for (auto& step : plan.steps) {
     if (step.kind == StepKind::kGemm) {
       step.tactic = "cublaslt";
@@ -142,17 +276,13 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       ++report.own_kernel_layers;
       continue;
     }
-    // A workspace limit the user set can change the winner: it is part of the key.
-    const std::string key = TimingCache::make_key(
-        cuda::conv_signature(problem) +
-            (options.max_workspace_bytes ? fmt::format("|ws{}", *options.max_workspace_bytes) : ""),
-        target);
+    const std::string key = TimingCache::make_key(cuda::conv_signature(problem) + key_suffix, target);
     if (cache) {
       const TimingEntry* hit = cache->find(key);
       if (hit && check_conv_tactic(hit->tactic).is_ok()) {
         step.tactic = hit->tactic;
         ++report.cached_layers;
-        note_own(step.tactic);
+        count_tactic(step.tactic);
         continue;
       }
       if (hit)
@@ -172,22 +302,8 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       ++report.own_kernel_layers;
       continue;
     }
-    // Candidates of the fused graph first, then of the convolution-only graph (followed by
-    // gpulab's epilogue kernels, timed with them).
-    std::vector<std::unique_ptr<cuda::CudnnConv>> forms;
-    for (bool fused : {true, false}) {
-      auto form = problem;
-      form.fused = fused;
-      auto conv = cuda::CudnnConv::with_candidates(libs.cudnn(), form);
-      if (conv.is_ok()) {
-        log_info("tactics: {} ({}): {} cuDNN candidates", step.name, fused ? "fused" : "unfused",
-                 (*conv)->candidate_count());
-        forms.push_back(std::move(conv).value());
-      } else {
-        log_info("tactics: {} ({}): {}", step.name, fused ? "fused" : "unfused", conv.status().message());
-      }
-    }
-    if (forms.empty() && !depthwise_ok && !cutlass_ok && !wgmma_ok) {
+    CudnnSearch search = make_search(problem, step.name);
+    if (search.forms.empty() && !depthwise_ok && !cutlass_ok && !wgmma_ok) {
       log_info("tactics: {}: no cuDNN engine; using the direct convolution", step.name);
       step.tactic = std::string(kDirectTactic);
       ++report.fallback_layers;
@@ -196,7 +312,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     }
     if (!options.time_tactics) {
       step.tactic.clear();
-      for (auto& conv : forms) {
+      for (auto& conv : search.forms) {
         for (int64_t i = 0; i < conv->candidate_count() && step.tactic.empty(); ++i)
           if (conv->select(i).is_ok() && conv->workspace_bytes() <= ws_limit) step.tactic = conv->tactic(i);
         if (!step.tactic.empty()) break;
@@ -224,72 +340,19 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     GPULAB_TRY(fill(b.buffer.get(), static_cast<size_t>(yv.c) * 4));
     const cuda::ConvPointers ptrs{x.buffer.get(), w.buffer.get(), b.buffer.get(), r.buffer.get(),
                                   y.buffer.get()};
-    using tactic_timing::give_up_ms;
-    double best_ms = tactic_timing::kNoLimit;
-    std::string best;
-    int rejected = 0, over_workspace = 0, failed = 0;  // why candidates did not get timed
-    // Per form: the next candidate index and how many were timed, so that the wide search goes on
-    // where the first pass stopped.
-    std::vector<int64_t> next(forms.size(), 0), timed(forms.size(), 0);
-    auto time_cudnn = [&](size_t f, int64_t max_timed) -> Status {
-      auto& conv = forms[f];
-      for (; next[f] < conv->candidate_count() && timed[f] < max_timed; ++next[f]) {
-        const int64_t i = next[f];
-        if (const Status built = conv->select(i); !built.is_ok()) {
-          ++rejected;
-          log_debug("tactics: {} candidate {} rejected when built: {}", step.name, i, built.message());
-          continue;
-        }
-        const int64_t ws_bytes = conv->workspace_bytes();
-        if (ws_bytes > ws_limit) {
-          ++over_workspace;
-          log_debug("tactics: {} candidate {} {} needs {} MiB of workspace", step.name, i, conv->tactic(i),
-                    ws_bytes >> 20);
-          continue;
-        }
-        GPULAB_TRY(ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
-        auto run = [&] {
-          return launch_conv_step(problem, ConvKernel::kCudnn, {}, conv.get(), libs.cudnn(), ptrs,
-                                  ws.buffer.get(), stream);
-        };
-        GPULAB_ASSIGN_OR_RETURN(
-            const std::optional<double> ms,
-            time_candidate(run, give_up_ms(best_ms), false,
-                           fmt::format("{} candidate {} {}", step.name, i, conv->tactic(i))));
-        if (!ms) {
-          ++failed;
-          continue;
-        }
-        ++timed[f];
-        log_debug("tactics: {} candidate {} {} {:.4f} ms", step.name, i, conv->tactic(i), *ms);
-        if (*ms < best_ms) {
-          best_ms = *ms;
-          best = conv->tactic(i);
-        }
-      }
-      return Status::ok();
-    };
-    // Time up to this many candidates that cuDNN builds; those it rejects (FP32 without tensor
-    // cores rejected the first nine of forty on the H200) do not count against the limit.
-    for (size_t f = 0; f < forms.size(); ++f)
-      GPULAB_TRY(time_cudnn(f, forms[f]->fused() ? kMaxFusedCandidates : kMaxUnfusedCandidates));
-    if (best_ms > kWideSearchMs) {
-      for (size_t f = 0; f < forms.size(); ++f) GPULAB_TRY(time_cudnn(f, kMaxWideCandidates));
-      log_info("tactics: {}: wide search, {} candidates timed", step.name,
-               timed[0] + (timed.size() > 1 ? timed[1] : 0));
-    }
-    const bool cudnn_ran = !best.empty();
-    if (!cudnn_ran) {
+    GPULAB_TRY(run_search(search, problem, ptrs));
+    double best_ms = search.best_ms;
+    std::string best = search.best;
+    if (best.empty()) {
       log_info(
           "tactics: {}: no cuDNN candidate ran ({} rejected when built, {} over the {} MiB workspace "
           "limit, {} failed to run)",
-          step.name, rejected, over_workspace, ws_limit >> 20, failed);
-      ++report.fallback_layers;
-    } else if (failed > 0 || over_workspace > 0) {
-      // Candidates cuDNN built that could not run here may have been the fast ones (the suspect
-      // for ResNet-18 FP32 at batch 1024, docs/performance.md); -v names each with its reason.
+          step.name, search.rejected, search.over_workspace, ws_limit >> 20, search.failed);
+    } else if (search.failed > 0 || search.over_workspace > 0) {
+      // Candidates cuDNN built that could not run here may have been the fast ones; -v names each
+      // with its reason.
       log_info("tactics: {}: {} cuDNN candidates failed to run and {} needed more than {} MiB of workspace",
-               step.name, failed, over_workspace, ws_limit >> 20);
+               step.name, search.failed, search.over_workspace, ws_limit >> 20);
     }
 
     // gpulab's own kernels, timed beside cuDNN's candidates. The direct convolution last, so that
@@ -299,7 +362,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         return launch_conv_step(problem, kernel, tactic, nullptr, nullptr, ptrs, nullptr, stream);
       };
       GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
-                              time_candidate(run, give_up_ms(best_ms), judge_warm_up,
+                              time_candidate(run, tactic_timing::give_up_ms(best_ms), judge_warm_up,
                                              fmt::format("{} candidate {}", step.name, tactic)));
       if (!ms) {
         log_info("tactics: {}: {} failed to run", step.name, tactic);
@@ -319,6 +382,28 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     if (wgmma_ok)
       for (std::string_view tactic : cuda::wgmma_conv_tactics())
         GPULAB_TRY(time_own(ConvKernel::kWgmma3x3, tactic));
+    // Batch chunks (tactic_timing.h): cuDNN's best at kChunkImages, launched over the max batch
+    // chunk by chunk. Also when no candidate ran at the max batch at all.
+    if (options.batch_chunks && tactic_timing::try_chunks(plan.max_batch, best_ms)) {
+      constexpr int64_t kChunk = tactic_timing::kChunkImages;
+      const cuda::ConvProblem part = conv_problem(plan, step, kChunk);
+      // A timing cache entry for that problem (a plan built at batch kChunk) is its best tactic of
+      // all: a cuDNN one serves here; an own kernel wins there and scales with the batch, so its
+      // time at the max batch, measured above, is what chunks of it would take.
+      std::string inner;
+      const TimingEntry* hit =
+          cache ? cache->find(TimingCache::make_key(cuda::conv_signature(part) + key_suffix, target))
+                : nullptr;
+      if (hit && conv_kernel_of_tactic(hit->tactic) == ConvKernel::kCudnn &&
+          !parse_chunked_tactic(hit->tactic)) {
+        inner = hit->tactic;
+      } else if (!hit) {
+        CudnnSearch chunk_search = make_search(part, fmt::format("{} at batch {}", step.name, kChunk));
+        GPULAB_TRY(run_search(chunk_search, part, ptrs));
+        inner = chunk_search.best;
+      }
+      if (!inner.empty()) GPULAB_TRY(time_chunked(step, problem, inner, ptrs, best_ms, best));
+    }
     // The direct convolution (one thread per output) is general but slow: a 1x1 layer at batch
     // 256 can take ~100 ms per launch, so its warm-up alone can end its timing.
     if (direct_ok && !best.empty()) GPULAB_TRY(time_own(ConvKernel::kDirect, kDirectTactic, true));
@@ -327,16 +412,20 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       log_info("tactics: {}: using the direct convolution", step.name);
       step.tactic = std::string(kDirectTactic);
       ++report.own_kernel_layers;
+      ++report.fallback_layers;
       continue;
     }
     step.tactic = best;
     ++report.timed_layers;
-    note_own(best);
+    count_tactic(best);
+    if (search.best.empty() && conv_kernel_of_tactic(best) != ConvKernel::kCudnn) ++report.fallback_layers;
     log_info("tactics: {}: {} ({:.4f} ms at batch {})", step.name, best, best_ms, plan.max_batch);
     if (cache) cache->put(key, TimingEntry{best, best_ms});
   }
-  log_info("tactics: {} convolution layers on gpulab's own kernels, {} without any cuDNN candidate",
-           report.own_kernel_layers, report.fallback_layers);
+  log_info(
+      "tactics: {} convolution layers on gpulab's own kernels, {} without any cuDNN candidate, {} in "
+      "batch chunks",
+      report.own_kernel_layers, report.fallback_layers, report.chunked_layers);
   return report;
 }
 

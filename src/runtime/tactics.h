@@ -17,6 +17,7 @@ struct TacticReport {
   int cached_layers = 0;      // layers whose tactic came from the timing cache
   int fallback_layers = 0;    // layers where no cuDNN candidate ran (an own kernel runs them)
   int own_kernel_layers = 0;  // layers whose tactic is an own kernel ("direct", "depthwise"), cached too
+  int chunked_layers = 0;     // timed layers whose winner runs in batch chunks ("chunk<n>:cudnn...")
 };
 
 // Fills PlanStep::tactic of every kConv step ("cudnn:...", "cudnn-unfused:...", "depthwise" or

@@ -18,14 +18,16 @@ struct BuildFlags {
   bool no_stem_space_to_depth = false;
   bool no_fuse_stem = false;
   bool no_fold_casts = false;
+  bool no_batch_chunks = false;
   std::optional<int64_t> max_workspace_mib;
 };
 
 // The largest --max-workspace-mib (1 TiB).
 inline constexpr int64_t kMaxWorkspaceMib = int64_t{1} << 20;
 
-// Declares --timing-cache, --no-stem-space-to-depth, --no-fuse-stem, --no-fold-casts and
-// --max-workspace-mib on `sub`; `help_prefix` starts each help text ("[--model] " for bench).
+// Declares --timing-cache, --no-stem-space-to-depth, --no-fuse-stem, --no-fold-casts,
+// --no-batch-chunks and --max-workspace-mib on `sub`; `help_prefix` starts each help text ("[--model] " for
+// bench).
 void add_build_flags(CLI::App* sub, BuildFlags* flags, std::string_view help_prefix = "");
 
 // BuildOptions with the flags' fields set (the rest as default), or kInvalidArgument naming

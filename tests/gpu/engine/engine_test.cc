@@ -391,6 +391,100 @@ TEST(EngineGpu, PlanSaveLoadGivesTheSameOutputAndBadPlansAreRefused) {
   std::filesystem::remove(path);
 }
 
+// Chunked tactics ("chunk<n>:<cuDNN tactic>", runtime/conv_step.h), put into a plan by hand with a
+// chunk of 2 images: batch 5 runs as 2 + 2 + a remainder of 1, batch 4 as 2 + 2, batch 2 as one
+// launch of the tactic itself, batch 1 on the heuristic's choice. The residual block checks that
+// the residual advances with the output. Every batch matches the reference; eager and CUDA graph
+// agree bit for bit.
+TEST(EngineGpu, ChunkedConvolutionsMatchTheReferenceAtEveryBatch) {
+  SKIP_WITHOUT_GPU();
+  GraphBuilder b(8, 12, 12);
+  const std::string first = b.conv(8, 16, 3, 1, 1, 1, Activation::kRelu);
+  b.conv(16, 16, 3, 1, 1, 1, Activation::kRelu, first);
+  b.conv(16, 24, 1, 2, 0, 1, Activation::kNone);
+  const Graph graph = b.finish(24, 10);
+  BuildOptions options;
+  options.precision = Precision::kFp32;
+  options.max_batch = 5;
+  options.time_tactics = false;  // cuDNN's first candidate: a "cudnn:" tactic on every layer
+  auto engine = build_engine_from_graph(graph, options, false);
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  const auto path = std::filesystem::temp_directory_path() / "gpulab_chunked_test.plan";
+  ASSERT_TRUE((*engine)->save(path.string()).is_ok());
+  auto plan = load_plan(path);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  int chunked = 0;
+  for (auto& step : plan->steps) {
+    if (step.kind != StepKind::kConv || !step.tactic.starts_with("cudnn")) continue;
+    step.tactic = "chunk2:" + step.tactic;
+    ++chunked;
+  }
+  ASSERT_EQ(chunked, 3) << "every convolution should have had a cuDNN tactic";
+  ASSERT_TRUE(save_plan(*plan, path).is_ok());
+  auto loaded = Engine::load(path.string());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  for (const auto& l : (*loaded)->info().layers) {
+    if (l.kind == "conv") {
+      EXPECT_TRUE(l.tactic.starts_with("chunk2:cudnn")) << l.name << " " << l.tactic;
+    }
+  }
+  auto ctx = (*loaded)->create_context();
+  ASSERT_TRUE(ctx.is_ok());
+  const Tensor input = random_tensor(Shape{5, 8, 12, 12}, 21);
+  const Tensor ref = reference_output(graph, input);
+  for (int64_t n : {5, 4, 2, 1}) {
+    Tensor part(DataType::kFloat32, Shape{n, 8, 12, 12});
+    std::memcpy(part.data(), input.data(), part.size_bytes());
+    auto eager = (*ctx)->run(part, false);
+    auto graphed = (*ctx)->run(part, true);
+    ASSERT_TRUE(eager.is_ok()) << n << ": " << eager.status().to_string();
+    ASSERT_TRUE(graphed.is_ok()) << n << ": " << graphed.status().to_string();
+    EXPECT_EQ(std::memcmp(eager->data(), graphed->data(), eager->size_bytes()), 0) << "batch " << n;
+    Tensor want(DataType::kFloat32, Shape{n, 10});
+    std::memcpy(want.data(), ref.data(), want.size_bytes());
+    expect_close(*graphed, want, tolerance(Precision::kFp32), "chunks of 2, batch " + std::to_string(n));
+  }
+
+  // A chunk count that is not a positive number is refused when the plan is loaded.
+  for (auto& step : plan->steps)
+    if (step.kind == StepKind::kConv) step.tactic = "chunk0" + step.tactic.substr(step.tactic.find(':'));
+  ASSERT_TRUE(save_plan(*plan, path).is_ok());
+  auto bad = Engine::load(path.string());
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(bad.status().message().find("chunk0:cudnn"), std::string::npos) << bad.status().message();
+  std::filesystem::remove(path);
+}
+
+// Tactic timing with batch chunks at a max batch above 256 (tactic_timing.h): one 128-channel
+// FP32 3x3 layer (a few ms at batch 260, so chunks of 256 plus a remainder of 4 are timed). Which
+// tactic wins is the GPU's business; the plan must compute what the plan built without chunks
+// computes.
+TEST(EngineGpu, TacticTimingWithBatchChunksComputesTheSame) {
+  SKIP_WITHOUT_GPU();
+  GraphBuilder b(128, 36, 36);
+  b.conv(128, 128, 3, 1, 1, 1, Activation::kRelu);
+  const Graph graph = b.finish(128, 10);
+  const Tensor input = random_tensor(Shape{260, 128, 36, 36}, 22);
+  std::vector<Tensor> outs;
+  for (bool chunks : {true, false}) {
+    BuildOptions options;
+    options.precision = Precision::kFp32;
+    options.max_batch = 260;
+    options.batch_chunks = chunks;
+    auto engine = build_engine_from_graph(graph, options, false);
+    ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+    for (const auto& l : (*engine)->info().layers) {
+      if (l.kind == "conv")
+        std::printf("[ note  ] batch chunks %s: %s\n", chunks ? "on" : "off", l.tactic.c_str());
+    }
+    auto out = (*engine)->create_context().value()->run(input, true);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    outs.push_back(std::move(out).value());
+  }
+  expect_close(outs[0], outs[1], tolerance(Precision::kFp32), "batch 260, chunks on against off");
+}
+
 TEST(EngineGpu, TwoContextsOnTwoStreamsMatchOne) {
   SKIP_WITHOUT_GPU();
   GraphBuilder b(8, 32, 32);

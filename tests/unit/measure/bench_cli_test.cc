@@ -84,8 +84,8 @@ TEST_F(BenchCli, ModelOrPlanIsRequired) {
   EXPECT_NE(plan_precision.output.find("precision is fixed"), std::string::npos) << plan_precision.output;
 
   // Build options would be ignored for a plan: refused, naming the flag.
-  for (const char* flag : {"--no-fuse-stem", "--no-fold-casts", "--no-stem-space-to-depth",
-                           "--max-workspace-mib 64", "--timing-cache tc.json"}) {
+  for (const char* flag : {"--no-fuse-stem", "--no-fold-casts", "--no-batch-chunks",
+                           "--no-stem-space-to-depth", "--max-workspace-mib 64", "--timing-cache tc.json"}) {
     const CliRun run = run_gpulab("bench --plan " + model_ + " " + flag);
     EXPECT_EQ(run.exit_code, exit_code_for(StatusCode::kInvalidArgument)) << flag << "\n" << run.output;
     const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
@@ -105,7 +105,7 @@ TEST_F(BenchCli, BuildChecksTheSharedBuildFlags) {
       << run.output;
   const CliRun help = run_gpulab("build --help");
   for (const char* flag : {"--timing-cache", "--no-stem-space-to-depth", "--no-fuse-stem", "--no-fold-casts",
-                           "--max-workspace-mib"})
+                           "--no-batch-chunks", "--max-workspace-mib"})
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag << "\n" << help.output;
 }
 
@@ -156,6 +156,7 @@ TEST_F(BenchCli, HelpListsEveryFlag) {
                            "--profile",
                            "--ceilings",
                            "--no-fold-casts",
+                           "--no-batch-chunks",
                            "--max-workspace-mib"}) {
     EXPECT_NE(run.output.find(flag), std::string::npos) << flag << "\n" << run.output;
   }
