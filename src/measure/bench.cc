@@ -454,12 +454,13 @@ std::string format_profile(std::span<const LayerProfileRow> rows, const std::opt
         "Per-layer profile (eager, events between steps; no ceilings: run with --ceilings "
         "for roofline columns):\n";
   }
-  out += fmt::format("  {:<28} {:<10} {:<22} {:>9} {:>7} {:>9} {:>9} {:>10} {:>8} {:>8}\n", "layer", "kind",
+  // The tactic column holds a batch-chunked one's engine too ("chunk256:cudnn-unfused:70;...").
+  out += fmt::format("  {:<28} {:<10} {:<30} {:>9} {:>7} {:>9} {:>9} {:>10} {:>8} {:>8}\n", "layer", "kind",
                      "tactic", "ms", "share", "GFLOP", "TFLOP/s", "GB/s", "roof ms", "x roof");
   for (const LayerProfileRow& row : rows) {
     out += fmt::format(
-        "  {:<28} {:<10} {:<22} {:>9.4f} {:>6.1f}% {:>9.3f} {:>9.1f} {:>10.1f} {:>8} {:>8}\n",
-        row.layer.name.substr(0, 28), row.layer.kind.substr(0, 10), row.layer.tactic.substr(0, 22),
+        "  {:<28} {:<10} {:<30} {:>9.4f} {:>6.1f}% {:>9.3f} {:>9.1f} {:>10.1f} {:>8} {:>8}\n",
+        row.layer.name.substr(0, 28), row.layer.kind.substr(0, 10), row.layer.tactic.substr(0, 30),
         row.layer.gpu_ms, row.share * 100, row.layer.flops / 1e9, row.achieved_tflops, row.achieved_gb_s,
         row.roofline_ms ? fmt::format("{:.4f}", *row.roofline_ms) : "-",
         row.roofline_factor ? fmt::format("{:.2f}{}", *row.roofline_factor, row.bound[0]) : "-");

@@ -405,7 +405,12 @@ TEST(Summary, TableAndExplanation) {
 TEST(Profile, RooflineOfKnownLayers) {
   const std::vector<LayerTiming> layers{
       // 1 TFLOP in 10 ms = 100 TFLOP/s; compute roof at 500 TFLOP/s = 2 ms -> 5x.
-      {.name = "conv", .kind = "conv", .flops = 1e12, .bytes = 1e9, .gpu_ms = 10},
+      {.name = "conv",
+       .kind = "conv",
+       .tactic = "chunk256:cudnn-unfused:70;k2=1,k3=0;eng70",
+       .flops = 1e12,
+       .bytes = 1e9,
+       .gpu_ms = 10},
       // 4 GB in 2 ms = 2000 GB/s; memory roof at 4000 GB/s = 1 ms -> 2x.
       {.name = "pool", .kind = "maxpool", .flops = 1e6, .bytes = 4e9, .gpu_ms = 2},
   };
@@ -423,6 +428,8 @@ TEST(Profile, RooflineOfKnownLayers) {
   const std::string text = format_profile(rows, c);
   EXPECT_NE(text.find("5.00c"), std::string::npos) << text;
   EXPECT_NE(text.find("2.00m"), std::string::npos) << text;
+  // A batch-chunked tactic keeps its engine in the table.
+  EXPECT_NE(text.find("chunk256:cudnn-unfused:70;"), std::string::npos) << text;
 
   auto no_roof = make_profile(layers, std::nullopt);
   EXPECT_FALSE(no_roof[0].roofline_ms.has_value());
