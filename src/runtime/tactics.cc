@@ -216,14 +216,16 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     }
     return Status::ok();
   };
-  // Times the cuDNN tactic `inner` (timed at kChunkImages) run in chunks over problem.n images as
-  // the runtime would run it (conv_step.h), and makes it `best` when it beats `best_ms`.
-  auto time_chunked = [&](const PlanStep& step, const cuda::ConvProblem& problem, const std::string& inner,
+  // Times the cuDNN tactic `inner`, timed on `part` (the layer at part.n images), run in chunks of
+  // part.n over problem.n images as the runtime would run it (conv_step.h), and makes it `best`
+  // when it beats `best_ms`.
+  auto time_chunked = [&](const PlanStep& step, const cuda::ConvProblem& problem,
+                          const cuda::ConvProblem& part, const std::string& inner,
                           const cuda::ConvPointers& ptrs, double& best_ms, std::string& best) -> Status {
-    constexpr int64_t kChunk = tactic_timing::kChunkImages;
-    const std::string tactic = chunked_tactic(kChunk, inner);
-    const ChunkSplit split = split_batch(problem.n, kChunk);
-    auto full = prepare_cudnn_conv(libs.cudnn(), conv_problem(plan, step, kChunk), inner, true);
+    const int64_t chunk = part.n;
+    const std::string tactic = chunked_tactic(chunk, inner);
+    const ChunkSplit split = split_batch(problem.n, chunk);
+    auto full = prepare_cudnn_conv(libs.cudnn(), part, inner, true);
     Result<std::unique_ptr<cuda::CudnnConv>> tail = std::unique_ptr<cuda::CudnnConv>();
     if (full.is_ok() && split.tail > 0)
       tail = prepare_cudnn_conv(libs.cudnn(), conv_problem(plan, step, split.tail), inner, false);
@@ -239,14 +241,14 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     }
     GPULAB_TRY(ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
     auto run = [&] {
-      return launch_chunked_conv_step(problem, kChunk, **full, tail->get(), libs.cudnn(), ptrs,
+      return launch_chunked_conv_step(problem, chunk, **full, tail->get(), libs.cudnn(), ptrs,
                                       ws.buffer.get(), stream);
     };
     GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
                             time_candidate(run, tactic_timing::give_up_ms(best_ms), false,
                                            fmt::format("{} candidate {}", step.name, tactic)));
     if (!ms) return Status::ok();
-    log_info("tactics: {}: {} in chunks of {}: {:.4f} ms (best so far {:.4f} ms)", step.name, inner, kChunk,
+    log_info("tactics: {}: {} in chunks of {}: {:.4f} ms (best so far {:.4f} ms)", step.name, inner, chunk,
              *ms, best_ms);
     if (*ms < best_ms) {
       best_ms = *ms;
@@ -402,7 +404,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         GPULAB_TRY(run_search(chunk_search, part, ptrs));
         inner = chunk_search.best;
       }
-      if (!inner.empty()) GPULAB_TRY(time_chunked(step, problem, inner, ptrs, best_ms, best));
+      if (!inner.empty()) GPULAB_TRY(time_chunked(step, problem, part, inner, ptrs, best_ms, best));
     }
     // The direct convolution (one thread per output) is general but slow: a 1x1 layer at batch
     // 256 can take ~100 ms per launch, so its warm-up alone can end its timing.

@@ -26,8 +26,8 @@ struct BuildFlags {
 inline constexpr int64_t kMaxWorkspaceMib = int64_t{1} << 20;
 
 // Declares --timing-cache, --no-stem-space-to-depth, --no-fuse-stem, --no-fold-casts,
-// --no-batch-chunks and --max-workspace-mib on `sub`; `help_prefix` starts each help text ("[--model] " for
-// bench).
+// --no-batch-chunks and --max-workspace-mib on `sub`; `help_prefix` starts each help text
+// ("[--model] " for bench).
 void add_build_flags(CLI::App* sub, BuildFlags* flags, std::string_view help_prefix = "");
 
 // BuildOptions with the flags' fields set (the rest as default), or kInvalidArgument naming

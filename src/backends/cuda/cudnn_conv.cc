@@ -30,11 +30,10 @@ Status fe_error(fe::error_t e, const std::string& where) {
 
 std::string conv_signature(const ConvProblem& p) {
   const auto& a = p.attrs;
+  // "...|<dtype>[|x<x dtype>]|<precision>[|unfused]"
   return fmt::format(
-      "conv|n{}|c{}|h{}|w{}|k{}|r{}s{}|st{}x{}|pad{},{},{},{}|dil{}x{}|g{}|act{}|clip{},{}|res{}|bias{}{}|{}{"
-      "}|"
-      "{}"
-      "{}",
+      "conv|n{}|c{}|h{}|w{}|k{}|r{}s{}|st{}x{}|pad{},{},{},{}|dil{}x{}|g{}|act{}|clip{},{}|res{}|bias{}{}|"
+      "{}{}|{}{}",
       p.n, p.c, p.h, p.w, p.k, a.kernel.h, a.kernel.w, a.stride.h, a.stride.w, a.pads.top, a.pads.left,
       a.pads.bottom, a.pads.right, a.dilation.h, a.dilation.w, a.groups, static_cast<int>(a.activation),
       a.clip_min, a.clip_max, a.has_residual ? 1 : 0, p.has_bias ? 1 : 0, p.bias_float32 ? "f32" : "",
