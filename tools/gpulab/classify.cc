@@ -43,7 +43,7 @@ struct ClassifyOptions {
 
 struct Prediction {
   int64_t index;
-  float logit;
+  float score;  // the model's output: a logit, or a probability when the model ends in Softmax
   float probability;
 };
 
@@ -94,32 +94,76 @@ Status check_image_input(const Graph& graph, const std::string& model_path) {
   return Status::ok();
 }
 
-void print_text(const std::vector<ImageResult>& results, const std::vector<std::string>& labels) {
+// True when the model's output already is a probability distribution over the classes: a
+// Softmax over the class axis makes it, perhaps behind views (Flatten, Reshape, Identity). A
+// second softmax over probabilities flattens them: 1000 classes would each show about 0.1%.
+bool outputs_probabilities(const Graph& graph) {
+  if (graph.outputs.size() != 1) return false;
+  std::string value = graph.outputs[0];
+  for (int hops = 0; hops < 8; ++hops) {
+    const int producer = graph.producer(value);
+    if (producer < 0) return false;
+    const Node& node = graph.nodes[producer];
+    switch (node.op) {
+      case OpType::kIdentity:
+      case OpType::kDropout:
+      case OpType::kFlatten:
+      case OpType::kReshape: value = node.input(0); continue;
+      case OpType::kSoftmax: {
+        const ValueInfo* in = graph.value(node.input(0));
+        if (!in) return false;
+        const auto& dims = in->shape.dims;
+        const int64_t rank = static_cast<int64_t>(dims.size());
+        const int64_t axis = node.attr<AxisAttrs>().axis < 0 ? node.attr<AxisAttrs>().axis + rank
+                                                             : node.attr<AxisAttrs>().axis;
+        // [N, classes] or [N, classes, 1, 1]: axis 1 with nothing but 1s after it.
+        return axis == 1 && std::all_of(dims.begin() + std::min<int64_t>(2, rank), dims.end(),
+                                        [](int64_t d) { return d == 1; });
+      }
+      default: return false;
+    }
+  }
+  return false;
+}
+
+void print_text(const std::vector<ImageResult>& results, const std::vector<std::string>& labels,
+                bool probabilities) {
   for (const ImageResult& r : results) {
     fmt::print("{}\n", r.file);
     for (size_t i = 0; i < r.top.size(); ++i) {
       const Prediction& p = r.top[i];
       const std::string name = p.index < static_cast<int64_t>(labels.size()) ? labels[p.index] : "";
-      fmt::print("  {}. {:6.2f}%  {:<28} (class {}, logit {:.3f})\n", i + 1, 100.0 * p.probability,
-                 name.empty() ? "-" : name, p.index, p.logit);
+      const std::string logit = probabilities ? "" : fmt::format(", logit {:.3f}", p.score);
+      fmt::print("  {}. {:6.2f}%  {:<28} (class {}{})\n", i + 1, 100.0 * p.probability,
+                 name.empty() ? "-" : name, p.index, logit);
     }
   }
 }
 
+// "output" says what the model computes: "logits" (each top entry has its "logit" and the
+// softmax's "probability") or "probabilities" (the model's own, in "probability").
 nlohmann::json to_json(const std::vector<ImageResult>& results, const std::vector<std::string>& labels,
-                       const ClassifyOptions& o, const std::string& backend, double total_ms) {
+                       const ClassifyOptions& o, const std::string& backend, double total_ms,
+                       bool probabilities) {
   nlohmann::json images = nlohmann::json::array();
   for (const ImageResult& r : results) {
     nlohmann::json top = nlohmann::json::array();
     for (const Prediction& p : r.top) {
-      nlohmann::json j{{"index", p.index}, {"logit", p.logit}, {"probability", p.probability}};
+      nlohmann::json j{{"index", p.index}, {"probability", p.probability}};
+      if (!probabilities) j["logit"] = p.score;
       if (p.index < static_cast<int64_t>(labels.size())) j["label"] = labels[p.index];
       top.push_back(std::move(j));
     }
     images.push_back({{"file", r.file}, {"top", std::move(top)}});
   }
-  return {{"model", o.model_path}, {"plan", o.plan_path},         {"backend", backend}, {"top_k", o.top_k},
-          {"batch", o.batch},      {"images", std::move(images)}, {"wall_ms", total_ms}};
+  return {{"model", o.model_path},
+          {"plan", o.plan_path},
+          {"backend", backend},
+          {"output", probabilities ? "probabilities" : "logits"},
+          {"top_k", o.top_k},
+          {"batch", o.batch},
+          {"images", std::move(images)},
+          {"wall_ms", total_ms}};
 }
 
 int run_classify(ClassifyOptions o) {
@@ -150,6 +194,8 @@ int run_classify(ClassifyOptions o) {
     GPULAB_TRY_CLI(run_passes(*graph, PassOptions{}).with_context("optimizing '" + o.model_path + "'"));
     GPULAB_TRY_CLI(check_image_input(*graph, o.model_path));
   }
+  // A plan never ends in Softmax: lower_graph has no Softmax step, so its outputs are logits.
+  const bool probabilities = graph && outputs_probabilities(*graph);
   ClassifyBackendOptions backend_options{
       .device = o.device, .precision = o.precision, .max_batch = o.batch, .plan_path = o.plan_path};
   GPULAB_ASSIGN_OR_REPORT(std::unique_ptr<ClassifyBackend> backend,
@@ -174,7 +220,8 @@ int run_classify(ClassifyOptions o) {
     const int64_t classes = logits.shape()[1];
     for (size_t i = 0; i < images.size(); ++i) {
       std::span<const float> row = logits.f32().subspan(i * classes, classes);
-      const std::vector<float> probs = softmax(row);
+      const std::vector<float> probs =
+          probabilities ? std::vector<float>(row.begin(), row.end()) : softmax(row);
       ImageResult r{.file = files[start + i].string()};
       for (int64_t idx : top_k(row, o.top_k)) r.top.push_back({idx, row[idx], probs[idx]});
       results.push_back(std::move(r));
@@ -184,9 +231,9 @@ int run_classify(ClassifyOptions o) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   if (o.json) {
-    fmt::print("{}\n", to_json(results, labels, o, backend->name(), total_ms).dump(2));
+    fmt::print("{}\n", to_json(results, labels, o, backend->name(), total_ms, probabilities).dump(2));
   } else {
-    print_text(results, labels);
+    print_text(results, labels, probabilities);
     fmt::print("{} image(s), {} on {}, {:.0f} ms in all\n", results.size(),
                o.model_path.empty() ? o.plan_path : o.model_path, backend->name(), total_ms);
   }

@@ -61,6 +61,46 @@ TEST_F(ClassifyCli, JsonHasTopKWithLabelsAndProbabilities) {
   EXPECT_EQ(top[0]["label"], "Egyptian Mau");
   EXPECT_NEAR(top[0]["probability"].get<double>(), 0.786, 0.01);
   EXPECT_GE(top[0]["probability"].get<double>(), top[1]["probability"].get<double>());
+  EXPECT_EQ(j["output"], "logits");
+  EXPECT_NEAR(top[0]["logit"].get<double>(), 12.23, 0.01);
+}
+
+// A classifier that ends in Softmax already outputs probabilities; classify must not take a
+// second softmax of them. Its Gemm ignores the image (zero weights): the model's probabilities
+// are softmax(0, 2, 5, 10) = 0.99293 for class 3 (a second softmax would give 0.47).
+TEST_F(ClassifyCli, ModelEndingInSoftmaxKeepsItsProbabilities) {
+  gpulab::testing::ModelBuilder m;
+  m.input("input", {-1, 3, 8, 8});
+  m.floats("fc.w", {4, 3}, std::vector<float>(12, 0.0f));
+  m.floats("fc.b", {4}, {0.0f, 2.0f, 5.0f, 10.0f});
+  m.node("GlobalAveragePool", "gap", {"input"}, {"g"});
+  m.node("Flatten", "flatten", {"g"}, {"f"});
+  auto* fc = m.node("Gemm", "fc", {"f", "fc.w", "fc.b"}, {"logits"});
+  auto* trans_b = fc->add_attribute();
+  trans_b->set_name("transB");
+  trans_b->set_type(onnx::AttributeProto::INT);
+  trans_b->set_i(1);
+  m.node("Softmax", "softmax", {"logits"}, {"prob"});
+  m.node("Identity", "id", {"prob"}, {"out"});
+  m.output("out");
+  const fs::path p = write("softmax.onnx", m.bytes());
+
+  const auto r = run_gpulab("classify --device cpu --json --top-k 4 --model " + p.string() + " " + cat());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["output"], "probabilities");
+  const auto& top = j["images"][0]["top"];
+  ASSERT_EQ(top.size(), 4u);
+  EXPECT_EQ(top[0]["index"], 3);
+  EXPECT_NEAR(top[0]["probability"].get<double>(), 0.99293, 1e-4);
+  EXPECT_NEAR(top[3]["probability"].get<double>(), 4.508e-5, 1e-6);
+  EXPECT_FALSE(top[0].contains("logit")) << "a probability is not a logit";
+
+  const auto text = run_gpulab("classify --device cpu --top-k 2 --model " + p.string() + " " + cat());
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.out, HasSubstr(" 99.29%"));
+  EXPECT_THAT(text.out, ::testing::Not(HasSubstr("logit")));
 }
 
 TEST_F(ClassifyCli, MissingModelFile) {
