@@ -87,9 +87,10 @@ struct EngineInfo {
   int64_t max_batch = 0;
   Shape input_shape;  // [N, C, H, W] with N = Shape::kBatch
   int64_t num_classes = 0;
-  int64_t weights_bytes = 0;    // device memory shared by all contexts
-  int64_t arena_bytes = 0;      // activation arena of one context (at max_batch)
-  int64_t workspace_bytes = 0;  // cuDNN/cuBLASLt workspace of one context
+  bool outputs_probabilities = false;  // the model ends in a Softmax: "logits" holds probabilities
+  int64_t weights_bytes = 0;           // device memory shared by all contexts
+  int64_t arena_bytes = 0;             // activation arena of one context (at max_batch)
+  int64_t workspace_bytes = 0;         // cuDNN/cuBLASLt workspace of one context
   std::vector<LayerInfo> layers;
   std::map<std::string, std::string> metadata;  // the model's ONNX metadata_props (preprocess.*)
 };

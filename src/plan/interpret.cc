@@ -33,7 +33,9 @@ class Interpreter {
         case StepKind::kAveragePool: pool_step(s); break;
         case StepKind::kGlobalAveragePool: global_pool_step(s); break;
         case StepKind::kAdd:
+        case StepKind::kMul:
         case StepKind::kActivation:
+        case StepKind::kPointwise:
         case StepKind::kCast: elementwise_step(s); break;
         case StepKind::kStem: GPULAB_TRY(stem_step(s, input)); break;
         case StepKind::kOutput: {
@@ -42,6 +44,7 @@ class Interpreter {
           for (int64_t n = 0; n < batch_; ++n)
             for (int64_t c = 0; c < plan_.num_classes; ++c)
               logits[n * plan_.num_classes + c] = v_[s.inputs[0]][n * x.c + c];
+          if (s.softmax) softmax_rows(logits);
           break;
         }
       }
@@ -224,12 +227,46 @@ class Interpreter {
 
   void elementwise_step(const PlanStep& s) {
     const std::vector<float>& a = v_[s.inputs[0]];
-    const std::vector<float>* b = s.kind == StepKind::kAdd ? &v_[s.inputs[1]] : nullptr;
+    const bool binary = s.kind == StepKind::kAdd || s.kind == StepKind::kMul;
+    const std::vector<float>* b = binary ? &v_[s.inputs[1]] : nullptr;
+    // A broadcast b holds one value per image and channel: element i of image n, channel c reads
+    // b[n * C + c].
+    const PlanValue& y = plan_.values[s.output];
+    const bool broadcast = broadcasts_channels(plan_, s);
+    const size_t per_image = static_cast<size_t>(y.h * y.w * y.c), channels = static_cast<size_t>(y.c);
     auto& out = alloc(s.output);
     for (size_t i = 0; i < out.size(); ++i) {
       float val = a[i];
-      if (b) val += (*b)[i];
-      out[i] = s.kind == StepKind::kCast ? val : activate(val, s.activation, s.clip_min, s.clip_max);
+      if (b) {
+        const float bv = (*b)[broadcast ? i / per_image * channels + i % channels : i];
+        val = s.kind == StepKind::kAdd ? val + bv : val * bv;
+      }
+      if (s.kind == StepKind::kPointwise)
+        out[i] = pointwise(val, s);
+      else
+        out[i] = s.kind == StepKind::kCast ? val : activate(val, s.activation, s.clip_min, s.clip_max);
+    }
+  }
+
+  static float pointwise(float v, const PlanStep& s) {
+    switch (s.pointwise) {
+      case PointwiseFn::kSigmoid: return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
+      case PointwiseFn::kHardSigmoid: return std::clamp(s.alpha * v + s.beta, 0.0f, 1.0f);
+      case PointwiseFn::kHardSwish: return v * std::clamp(v / 6.0f + 0.5f, 0.0f, 1.0f);
+    }
+    return v;
+  }
+
+  // Softmax over each row of [batch, classes], in float64 with the maximum subtracted.
+  void softmax_rows(std::vector<float>& logits) const {
+    const size_t classes = static_cast<size_t>(plan_.num_classes);
+    for (size_t row = 0; row < logits.size(); row += classes) {
+      const auto first = logits.begin() + static_cast<std::ptrdiff_t>(row);
+      const float max = *std::max_element(first, first + static_cast<std::ptrdiff_t>(classes));
+      double sum = 0;
+      for (size_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(logits[row + c]) - max);
+      for (size_t c = 0; c < classes; ++c)
+        logits[row + c] = static_cast<float>(std::exp(static_cast<double>(logits[row + c]) - max) / sum);
     }
   }
 

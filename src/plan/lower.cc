@@ -137,6 +137,7 @@ struct Lowering {
   std::map<std::string, Precision> policy;        // default_layer_precision()
   std::map<std::pair<int, DataType>, int> casts;  // (value, dtype) -> its kCast copy
   StemRewrite stem;                               // node "" when the stem is not rewritten
+  bool softmax_output = false;                    // lower_softmax: kOutput applies the Softmax
 
   Status unsupported(const Node& node, const std::string& what) {
     return Status::unsupported(
@@ -339,6 +340,54 @@ struct Lowering {
     return Status::ok();
   }
 
+  // Add and Mul of two activations of one shape, or of an activation and one value per image and
+  // channel ([N, C, 1, 1]: a squeeze-and-excitation scale), which the kernel broadcasts over the
+  // activation's pixels. Both ops commute, so the broadcast value becomes the second input.
+  Status lower_binary(const Node& node) {
+    GPULAB_ASSIGN_OR_RETURN(int a, plan_input(node, 0));
+    GPULAB_ASSIGN_OR_RETURN(int b, plan_input(node, 1));
+    const auto per_channel_of = [this](int v, int other) {
+      const PlanValue &x = plan.values[v], &o = plan.values[other];
+      return x.h == 1 && x.w == 1 && x.c == o.c && x.c_valid == o.c_valid && (o.h != 1 || o.w != 1);
+    };
+    if (per_channel_of(a, b)) std::swap(a, b);
+    const PlanValue &va = plan.values[a], &vb = plan.values[b];
+    const bool same = va.h == vb.h && va.w == vb.w && va.c == vb.c && va.c_valid == vb.c_valid;
+    if (!same && !per_channel_of(b, a))
+      return unsupported(node, fmt::format("broadcasting [{}x{}x{}] against [{}x{}x{}] (HxWxC); only one "
+                                           "value per image and channel broadcasts",
+                                           va.h, va.w, va.c_valid, vb.h, vb.w, vb.c_valid));
+    PlanStep st = step(node.op == OpType::kAdd ? StepKind::kAdd : StepKind::kMul, node);
+    st.inputs = {a, b};
+    GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
+    plan.values[st.output].c = plan.values[a].c;  // keeps a's channel padding
+    plan.steps.push_back(std::move(st));
+    return Status::ok();
+  }
+
+  // A Softmax over the classes of the model's output: kOutput applies it to the float32 logits
+  // (PlanStep::softmax), so the plan's last value stays the logits. A Softmax anywhere else has
+  // no GPU step.
+  Status lower_softmax(const Node& node) {
+    GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+    if (node.outputs[0] != graph.outputs[0] || !graph.consumers(node.outputs[0]).empty())
+      return unsupported(node,
+                         "a Softmax before the model's output (the GPU engine applies Softmax to "
+                         "the output only)");
+    const ValueInfo* in = graph.value(node.input(0));
+    const int64_t rank = in ? in->shape.rank() : 0;
+    const int64_t axis =
+        node.attr<AxisAttrs>().axis < 0 ? node.attr<AxisAttrs>().axis + rank : node.attr<AxisAttrs>().axis;
+    const PlanValue& v = plan.values[x];
+    if (axis != 1 || v.h != 1 || v.w != 1)
+      return unsupported(node, fmt::format("a Softmax over axis {} of {}; the GPU engine normalizes the "
+                                           "classes of [N, classes] only",
+                                           node.attr<AxisAttrs>().axis, in ? in->shape.to_string() : "?"));
+    value_of[node.outputs[0]] = x;
+    softmax_output = true;
+    return Status::ok();
+  }
+
   Status lower_node(const Node& node) {
     switch (node.op) {
       case OpType::kConv: return lower_conv(node);
@@ -380,17 +429,27 @@ struct Lowering {
         plan.steps.push_back(std::move(st));
         return Status::ok();
       }
-      case OpType::kAdd: {
-        GPULAB_ASSIGN_OR_RETURN(int a, plan_input(node, 0));
-        GPULAB_ASSIGN_OR_RETURN(int b, plan_input(node, 1));
-        const auto &va = plan.values[a], &vb = plan.values[b];
-        if (va.h != vb.h || va.w != vb.w || va.c != vb.c) return unsupported(node, "broadcasting Add");
-        PlanStep st = step(StepKind::kAdd, node);
-        st.inputs = {a, b};
+      case OpType::kAdd:
+      case OpType::kMul: return lower_binary(node);
+      case OpType::kSigmoid:
+      case OpType::kHardSigmoid:
+      case OpType::kHardSwish: {
+        GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, 0));
+        PlanStep st = step(StepKind::kPointwise, node);
+        st.inputs = {x};
+        st.pointwise = node.op == OpType::kSigmoid       ? PointwiseFn::kSigmoid
+                       : node.op == OpType::kHardSigmoid ? PointwiseFn::kHardSigmoid
+                                                         : PointwiseFn::kHardSwish;
+        if (node.op == OpType::kHardSigmoid) {
+          st.alpha = node.attr<HardSigmoidAttrs>().alpha;
+          st.beta = node.attr<HardSigmoidAttrs>().beta;
+        }
         GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
+        plan.values[st.output].c = plan.values[x].c;
         plan.steps.push_back(std::move(st));
         return Status::ok();
       }
+      case OpType::kSoftmax: return lower_softmax(node);
       case OpType::kFlatten:
       case OpType::kReshape:
       case OpType::kIdentity:
@@ -505,6 +564,7 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
   output_step.name = "output";
   output_step.inputs = {out->second};
   output_step.precision = options.precision;
+  output_step.softmax = low.softmax_output;
   plan.steps.push_back(output_step);
   GPULAB_TRY(plan.validate());
   return std::move(low.plan);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -67,8 +68,26 @@ std::string_view step_kind_name(StepKind kind) {
     case StepKind::kOutput: return "output";
     case StepKind::kCast: return "cast";
     case StepKind::kStem: return "stem";
+    case StepKind::kMul: return "mul";
+    case StepKind::kPointwise: return "pointwise";
   }
   return "?";
+}
+
+std::string_view pointwise_fn_name(PointwiseFn fn) {
+  switch (fn) {
+    case PointwiseFn::kSigmoid: return "sigmoid";
+    case PointwiseFn::kHardSigmoid: return "hard_sigmoid";
+    case PointwiseFn::kHardSwish: return "hard_swish";
+  }
+  return "?";
+}
+
+bool broadcasts_channels(const Plan& plan, const PlanStep& step) {
+  if (step.kind != StepKind::kAdd && step.kind != StepKind::kMul) return false;
+  const PlanValue& a = plan.values[step.inputs[0]];
+  const PlanValue& b = plan.values[step.inputs[1]];
+  return b.h == 1 && b.w == 1 && (a.h != 1 || a.w != 1);
 }
 
 int64_t Plan::weights_bytes() const {
@@ -113,12 +132,27 @@ Status Plan::validate() const {
       case StepKind::kInput:
       case StepKind::kStem: want_inputs = 0; break;
       case StepKind::kConv: want_inputs = s.conv.has_residual ? 2 : 1; break;
-      case StepKind::kAdd: want_inputs = 2; break;
+      case StepKind::kAdd:
+      case StepKind::kMul: want_inputs = 2; break;
       default: break;
     }
     if (s.inputs.size() != want_inputs)
       return bad(fmt::format("step {} '{}' ({}) has {} inputs, expected {}", i, s.name,
                              step_kind_name(s.kind), s.inputs.size(), want_inputs));
+    // Elementwise steps index their inputs by the output's shape: a, and x of the unary ones, have
+    // it; b has it or is one value per image and channel.
+    const bool binary = s.kind == StepKind::kAdd || s.kind == StepKind::kMul;
+    if (binary || s.kind == StepKind::kActivation || s.kind == StepKind::kPointwise) {
+      const PlanValue& y = values[s.output];
+      const auto same = [&y](const PlanValue& v) {
+        return v.h == y.h && v.w == y.w && v.c == y.c && v.dtype == y.dtype;
+      };
+      const PlanValue& b = values[s.inputs[binary ? 1 : 0]];
+      if (!same(values[s.inputs[0]]) ||
+          !(same(b) || (binary && b.h == 1 && b.w == 1 && b.c == y.c && b.dtype == y.dtype)))
+        return bad(fmt::format("step {} '{}' ({}) reads values whose shapes or types do not fit its output",
+                               i, s.name, step_kind_name(s.kind)));
+    }
     if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm || s.kind == StepKind::kStem) && s.weight < 0)
       return bad(fmt::format("step {} '{}' has no weight", i, s.name));
     if ((s.kind == StepKind::kInput || s.kind == StepKind::kStem) && i != 0)
@@ -251,6 +285,10 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
       js["space_to_depth"] = {{"block", sd.block}, {"pad_top", sd.pad_top}, {"pad_left", sd.pad_left}};
     }
     if (s.kind == StepKind::kStem) js["fused_values"] = s.fused_values;
+    if (s.kind == StepKind::kPointwise)
+      js["pointwise"] = {
+          {"fn", std::string(pointwise_fn_name(s.pointwise))}, {"alpha", s.alpha}, {"beta", s.beta}};
+    if (s.kind == StepKind::kOutput && s.softmax) js["softmax"] = true;
     if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool || s.kind == StepKind::kStem) {
       const auto& p = s.pool;
       js["pool"] = {{"kernel", hw_json(p.kernel)}, {"stride", hw_json(p.stride)},
@@ -274,11 +312,18 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
 }
 
 StepKind step_kind_from(const std::string& name) {
-  for (StepKind k : {StepKind::kInput, StepKind::kConv, StepKind::kGemm, StepKind::kMaxPool,
-                     StepKind::kAveragePool, StepKind::kGlobalAveragePool, StepKind::kAdd,
-                     StepKind::kActivation, StepKind::kOutput, StepKind::kCast, StepKind::kStem})
+  for (StepKind k :
+       {StepKind::kInput, StepKind::kConv, StepKind::kGemm, StepKind::kMaxPool, StepKind::kAveragePool,
+        StepKind::kGlobalAveragePool, StepKind::kAdd, StepKind::kActivation, StepKind::kOutput,
+        StepKind::kCast, StepKind::kStem, StepKind::kMul, StepKind::kPointwise})
     if (step_kind_name(k) == name) return k;
   throw std::runtime_error("unknown step kind '" + name + "'");
+}
+
+PointwiseFn pointwise_fn_from(const std::string& name) {
+  for (PointwiseFn f : {PointwiseFn::kSigmoid, PointwiseFn::kHardSigmoid, PointwiseFn::kHardSwish})
+    if (pointwise_fn_name(f) == name) return f;
+  throw std::runtime_error("unknown pointwise function '" + name + "'");
 }
 
 Activation activation_from(int v) {
@@ -357,6 +402,15 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
                           sd.at("pad_left").get<int64_t>()};
     }
     if (s.kind == StepKind::kStem) s.fused_values = js.at("fused_values").get<std::vector<int>>();
+    if (s.kind == StepKind::kPointwise) {
+      const auto& pw = js.at("pointwise");
+      s.pointwise = pointwise_fn_from(pw.at("fn").get<std::string>());
+      s.alpha = pw.at("alpha").get<float>();
+      s.beta = pw.at("beta").get<float>();
+      if (!std::isfinite(s.alpha) || !std::isfinite(s.beta))
+        throw std::runtime_error("step '" + s.name + "' has a non-finite hard-sigmoid alpha or beta");
+    }
+    if (s.kind == StepKind::kOutput) s.softmax = js.value("softmax", false);
     if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool || s.kind == StepKind::kStem) {
       const auto& p = js.at("pool");
       s.pool.kernel = hw_from(p.at("kernel"));

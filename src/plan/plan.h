@@ -18,9 +18,12 @@
 // Anything else (short file, bad magic, other version, wrong checksum, inconsistent header) is
 // refused with kInvalidFile and a message naming what is wrong; no input makes the reader crash.
 // Version 2 (stop 17): a kConv step may read x stored in another float type than its output (a
-// cast folded into a depthwise layer, fold_input_casts). gpulab reads versions 1 and 2 (a version-1
-// file has no such step); a gpulab that reads only version 1 refuses a version-2 file rather than
-// misreading it.
+// cast folded into a depthwise layer, fold_input_casts). A gpulab that reads only version 1 refuses
+// a version-2 file rather than misreading it.
+// Version 3 (stop 19): a kOutput step may end in a softmax (PlanStep::softmax), which a gpulab
+// reading versions 1-2 would leave out; kMul and kPointwise steps, and a kAdd or kMul whose second
+// input is one value per image and channel, are new too (their kind names are unknown there).
+// gpulab reads versions 1 to 3: an older file has none of what the later versions added.
 #pragma once
 
 #include <cstddef>
@@ -39,7 +42,7 @@
 
 namespace gpulab {
 
-inline constexpr uint32_t kPlanFormatVersion = 2;        // written
+inline constexpr uint32_t kPlanFormatVersion = 3;        // written
 inline constexpr uint32_t kOldestPlanFormatVersion = 1;  // still read
 inline constexpr char kPlanMagic[8] = {'G', 'P', 'U', 'L', 'A', 'B', 'P', 'L'};
 
@@ -67,16 +70,27 @@ enum class StepKind : uint8_t {
   kMaxPool,
   kAveragePool,
   kGlobalAveragePool,
-  kAdd,         // inputs {a, b}; y = act(a + b)
+  // inputs {a, b}; y = act(a + b). b has a's shape, or is [1, 1, C] per image and broadcast over
+  // a's pixels (broadcasts_channels).
+  kAdd,
   kActivation,  // inputs {x}; y = act(x)
-  kOutput,      // input {x: 1x1xclasses} -> caller's float [N, classes]
-  kCast,        // input {x} -> the same elements in the output value's dtype (per-layer precision)
+  // input {x: 1x1xclasses} -> caller's float [N, classes], then softmax over the classes when
+  // PlanStep::softmax
+  kOutput,
+  kCast,  // input {x} -> the same elements in the output value's dtype (per-layer precision)
   // The first three steps of a space-to-depth stem in one: float NCHW -> kInput's space-to-depth
   // image -> kConv (bias, ReLU) -> kMaxPool, writing only the pooled value (see fuse_stem_pool in
   // lower.h). Attributes as those steps': space_to_depth, conv, pool, weight, bias.
   kStem,
+  kMul,        // inputs {a, b}; y = a * b, b as kAdd's (squeeze-and-excitation scales, x * sigmoid(x))
+  kPointwise,  // inputs {x}; y = PlanStep::pointwise(x)
 };
 std::string_view step_kind_name(StepKind kind);  // "input", "conv", ...
+
+// The functions of a kPointwise step (ONNX's definitions): sigmoid 1 / (1 + e^-x); hard sigmoid
+// max(0, min(1, alpha x + beta)); hard swish x * max(0, min(1, x / 6 + 1/2)).
+enum class PointwiseFn : uint8_t { kSigmoid, kHardSigmoid, kHardSwish };
+std::string_view pointwise_fn_name(PointwiseFn fn);  // "sigmoid", "hard_sigmoid", "hard_swish"
 
 // An activation buffer: NHWC, per image. `c` includes zero padding; `c_valid` carry data.
 struct PlanValue {
@@ -109,6 +123,9 @@ struct PlanStep {
   PoolAttrs pool;                             // kMaxPool, kAveragePool
   Activation activation = Activation::kNone;  // kAdd, kActivation
   float clip_min = 0.0f, clip_max = 6.0f;
+  PointwiseFn pointwise = PointwiseFn::kSigmoid;  // kPointwise
+  float alpha = 0.2f, beta = 0.5f;                // kPointwise kHardSigmoid
+  bool softmax = false;                           // kOutput: softmax over the classes
   int weight = -1;     // index into Plan::weights: kConv [K, R, S, C/groups], kGemm [out, in]
   int bias = -1;       // index into Plan::weights: [K] / [out]; -1 when absent
   std::string tactic;  // see the runtime's tactic strings; "" = default
@@ -147,6 +164,10 @@ struct Plan {
   Status validate() const;
   int64_t weights_bytes() const;
 };
+
+// True when a kAdd or kMul step's second input is [1, 1, C] per image, broadcast over the other
+// input's pixels; false when both inputs have one shape.
+bool broadcasts_channels(const Plan& plan, const PlanStep& step);
 
 // 64-bit FNV-1a of `bytes` (the plan file's checksum).
 uint64_t fnv1a64(std::span<const std::byte> bytes);

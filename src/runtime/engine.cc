@@ -148,6 +148,7 @@ class EngineImpl final : public Engine {
     info_.max_batch = plan_.max_batch;
     info_.input_shape = Shape{Shape::kBatch, plan_.input_channels, plan_.input_h, plan_.input_w};
     info_.num_classes = plan_.num_classes;
+    info_.outputs_probabilities = plan_.steps.back().softmax;
     info_.metadata = plan_.metadata;
     info_.weights_bytes = plan_.weights_bytes();
     info_.arena_bytes = memory_.arena_bytes;
@@ -363,13 +364,16 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
             kernels::launch_global_avg_pool(d, value_ptr(step.inputs[0]), value_ptr(step.output), stream);
         break;
       }
-      case StepKind::kAdd: {
+      case StepKind::kAdd:
+      case StepKind::kMul: {
         const PlanValue& y = plan.values[step.output];
         kernels::BinaryDesc d;
-        d.op = kernels::BinaryOp::kAdd;
+        d.op = step.kind == StepKind::kAdd ? kernels::BinaryOp::kAdd : kernels::BinaryOp::kMul;
         d.n = batch;
         d.hw = y.h * y.w;
         d.c = y.c;
+        d.b_broadcast = broadcasts_channels(plan, step) ? kernels::Broadcast::kPerImageChannel
+                                                        : kernels::Broadcast::kNone;
         d.activation = step.activation;
         d.clip_min = step.clip_min;
         d.clip_max = step.clip_max;
@@ -378,11 +382,20 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
                                         value_ptr(step.output), stream);
         break;
       }
-      case StepKind::kActivation: {
+      case StepKind::kActivation:
+      case StepKind::kPointwise: {
         const PlanValue& y = plan.values[step.output];
         kernels::UnaryDesc d;
-        d.op = step.activation == Activation::kClip ? kernels::UnaryOp::kClip : kernels::UnaryOp::kRelu;
+        if (step.kind == StepKind::kActivation) {
+          d.op = step.activation == Activation::kClip ? kernels::UnaryOp::kClip : kernels::UnaryOp::kRelu;
+        } else {
+          d.op = step.pointwise == PointwiseFn::kSigmoid       ? kernels::UnaryOp::kSigmoid
+                 : step.pointwise == PointwiseFn::kHardSigmoid ? kernels::UnaryOp::kHardSigmoid
+                                                               : kernels::UnaryOp::kHardSwish;
+        }
         d.count = batch * y.h * y.w * y.c;
+        d.alpha = step.alpha;
+        d.beta = step.beta;
         d.clip_min = step.clip_min;
         d.clip_max = step.clip_max;
         d.dtype = y.dtype;
@@ -412,6 +425,9 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
         const PlanValue& x = plan.values[step.inputs[0]];
         kernels::NhwcToNchwF32Desc d{batch, 1, 1, plan.num_classes, x.c, x.dtype};
         status = kernels::launch_nhwc_to_nchw_f32(d, value_ptr(step.inputs[0]), logits, stream);
+        if (status.is_ok() && step.softmax)  // in place, over the float32 logits
+          status =
+              kernels::launch_softmax(kernels::SoftmaxDesc{batch, plan.num_classes}, logits, logits, stream);
         break;
       }
     }

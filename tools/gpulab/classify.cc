@@ -194,13 +194,13 @@ int run_classify(ClassifyOptions o) {
     GPULAB_TRY_CLI(run_passes(*graph, PassOptions{}).with_context("optimizing '" + o.model_path + "'"));
     GPULAB_TRY_CLI(check_image_input(*graph, o.model_path));
   }
-  // A plan never ends in Softmax: lower_graph has no Softmax step, so its outputs are logits.
-  const bool probabilities = graph && outputs_probabilities(*graph);
   ClassifyBackendOptions backend_options{
       .device = o.device, .precision = o.precision, .max_batch = o.batch, .plan_path = o.plan_path};
   GPULAB_ASSIGN_OR_REPORT(std::unique_ptr<ClassifyBackend> backend,
                           make_classify_backend(graph ? &*graph : nullptr, backend_options));
   GPULAB_ASSIGN_OR_REPORT(PreprocessSpec spec, choose_preprocess(o, backend->metadata()));
+  // From the model's graph, or from a plan (whose output step applies the model's Softmax).
+  const bool probabilities = graph ? outputs_probabilities(*graph) : backend->outputs_probabilities();
   spec.output_size = static_cast<int>(backend->input_shape()[2]);
 
   std::vector<ImageResult> results;

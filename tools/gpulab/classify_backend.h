@@ -29,6 +29,9 @@ class ClassifyBackend {
   // The model's input shape ([N,3,H,W] for an image classifier) and ONNX metadata_props.
   virtual Shape input_shape() const = 0;
   virtual std::map<std::string, std::string> metadata() const = 0;
+  // True when run() returns probabilities (a plan whose model ends in Softmax). A backend built
+  // from a graph returns false; classify reads the graph itself.
+  virtual bool outputs_probabilities() const { return false; }
 };
 
 // `graph` (optimized by run_passes) may be null only when options.plan_path names a plan.

@@ -1,6 +1,6 @@
 // The GPU engine against the reference backend: small hand-built graphs for every step kind in
-// every precision, whole classifiers (the seeded ResNet-18 and MobileNetV2 fixtures), eager vs
-// CUDA-graph execution, plan save/load, and two contexts on two streams.
+// every precision, whole classifiers (the seeded ResNet-18, MobileNetV2 and MobileNetV3-Small
+// fixtures), eager vs CUDA-graph execution, plan save/load, and two contexts on two streams.
 // Skipped with a reason when no GPU is usable or the model fixtures are absent.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <thread>
 
 #include "backends/cuda/device.h"
 #include "backends/cuda/direct_conv.h"
 #include "backends/reference/reference_executor.h"
 #include "gpulab/engine.h"
+#include "normal_tensor.h"
 #include "onnx/onnx_import.h"
 #include "passes/passes.h"
 #include "plan/lower.h"
@@ -44,11 +44,7 @@ double tolerance(Precision p) {
 }
 
 Tensor random_tensor(Shape shape, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  Tensor t(DataType::kFloat32, std::move(shape));
-  for (float& v : t.f32()) v = dist(rng);
-  return t;
+  return testing::normal_tensor(std::move(shape), seed, scale);
 }
 
 // A tiny classifier builder: input [N, c, h, w] -> nodes -> output [N, classes].
@@ -222,6 +218,30 @@ TEST(EngineGpu, StandaloneAddReluAndAvgPool) {
   clip.max = 0.5f;
   b.simple(OpType::kClip, clip, {b.last});
   check_graph_all_precisions(b.finish(8, 5), Shape{2, 8, 12, 12}, "add relu avgpool clip");
+}
+
+// Squeeze-and-excitation (MobileNetV3, EfficientNet): HardSwish, the scale GAP -> 1x1 -> 1x1 ->
+// HardSigmoid multiplied into the activation (broadcast per image and channel, the scale first
+// as torchvision writes it), SiLU as Sigmoid and Mul, a broadcast Add, and a final Softmax that
+// the output step applies to the float32 logits.
+TEST(EngineGpu, SqueezeExcitationPointwiseOpsAndSoftmax) {
+  SKIP_WITHOUT_GPU();
+  GraphBuilder b(8, 14, 14);
+  b.conv(8, 32, 3, 1, 1, 1, Activation::kNone);
+  const std::string x = b.simple(OpType::kHardSwish, std::monostate{}, {b.last});
+  b.simple(OpType::kGlobalAveragePool, std::monostate{}, {x});
+  b.conv(32, 8, 1, 1, 0, 1, Activation::kRelu);
+  const std::string e = b.conv(8, 32, 1, 1, 0, 1, Activation::kNone);
+  const std::string scale = b.simple(OpType::kHardSigmoid, HardSigmoidAttrs{1.0f / 6, 0.5f}, {e});
+  const std::string m = b.simple(OpType::kMul, std::monostate{}, {scale, x});
+  const std::string g = b.simple(OpType::kSigmoid, std::monostate{}, {m});
+  const std::string silu = b.simple(OpType::kMul, std::monostate{}, {m, g});
+  b.simple(OpType::kAdd, std::monostate{}, {silu, e});
+  Graph graph = b.finish(32, 10);
+  graph.nodes.push_back(Node{"softmax", OpType::kSoftmax, {graph.outputs[0]}, {"prob"}, AxisAttrs{1}});
+  graph.outputs = {"prob"};
+  ASSERT_TRUE(graph.infer_shapes().is_ok());
+  check_graph_all_precisions(graph, Shape{3, 8, 14, 14}, "squeeze-excitation + softmax");
 }
 
 TEST(EngineGpu, PerLayerFp32OverrideInAnFp16Plan) {
@@ -566,6 +586,12 @@ TEST(EngineGpuModels, ResNet18AllPrecisions) {
 
 TEST(EngineGpuModels, MobileNetV2AllPrecisions) {
   check_model("mobilenet_v2.onnx", {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16});
+}
+
+// HardSwish and squeeze-and-excitation blocks (kPointwise, broadcast kMul).
+TEST(EngineGpuModels, MobileNetV3SmallAllPrecisions) {
+  check_model("mobilenet_v3_small.onnx",
+              {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16});
 }
 
 // The bundled MobileNetV2 (models/, TF-Slim weights converted to ONNX; its classifier is a 1x1 Conv).

@@ -4,8 +4,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 
+#include "normal_tensor.h"
 #include "plan/interpret.h"
 #include "plan/lower.h"
 #include "plan/memory_plan.h"
@@ -13,13 +13,7 @@
 namespace gpulab {
 namespace {
 
-Tensor random(Shape shape, uint32_t seed, float scale) {
-  Tensor t(DataType::kFloat32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  for (float& x : t.f32()) x = dist(rng);
-  return t;
-}
+using testing::normal_tensor;
 
 Node conv_node(std::string name, std::string in, std::string w, std::string b, std::string out,
                int64_t kernel, int64_t groups, Activation act, std::string residual = "") {
@@ -44,7 +38,7 @@ Graph block_classifier() {
   g.values["input"] = ValueInfo{DataType::kFloat32, Shape{Shape::kBatch, 3, 8, 8}, std::nullopt};
   uint32_t seed = 1;
   auto init = [&](const std::string& n, Shape s, float scale) {
-    g.initializers[n] = random(s, seed++, scale);
+    g.initializers[n] = normal_tensor(s, seed++, scale);
   };
   init("stem.w", Shape{16, 3, 3, 3}, 0.3f);
   init("stem.b", Shape{16}, 0.1f);
@@ -81,7 +75,7 @@ Plan lower_or_die(const Graph& g, Precision p, std::map<std::string, Precision> 
 }
 
 std::vector<float> input_floats(int64_t batch) {
-  const Tensor t = random(Shape{batch, 3, 8, 8}, 77, 1.0f);
+  const Tensor t = normal_tensor(Shape{batch, 3, 8, 8}, 77, 1.0f);
   return {t.f32().begin(), t.f32().end()};
 }
 

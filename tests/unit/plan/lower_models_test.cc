@@ -1,5 +1,5 @@
-// Lowering whole classifiers (the bundled MobileNetV2, and the seeded ResNet-18/MobileNetV2
-// fixtures when generated) into FP32 plans, and running the plans on the CPU with a plain
+// Lowering whole classifiers (the bundled MobileNetV2, and the seeded ResNet-18, MobileNetV2 and
+// MobileNetV3-Small fixtures when generated) into FP32 plans, and running the plans on the CPU with a plain
 // interpreter: the result matches the reference backend on the original graph. This checks the
 // weight layouts, channel padding, views and attribute mapping of the lowering without a GPU.
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@ std::optional<std::filesystem::path> find_model(const std::string& file) {
   return std::nullopt;
 }
 
-void check_model(const std::string& file) {
+void check_model(const std::string& file, Precision precision = Precision::kFp32, double bound = 1e-5) {
   const auto path = find_model(file);
   if (!path) GTEST_SKIP() << file << " not found (tests/fixtures/make_model_fixtures.py generates it)";
   auto graph = load_onnx(*path);
@@ -33,7 +33,7 @@ void check_model(const std::string& file) {
   const Graph original = *graph;
   ASSERT_TRUE(run_passes(*graph).is_ok());
   BuildOptions options;
-  options.precision = Precision::kFp32;
+  options.precision = precision;
   options.max_batch = 2;
   auto plan = lower_graph(*graph, options);
   ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
@@ -60,9 +60,10 @@ void check_model(const std::string& file) {
   const auto got = interpret_plan(*back, in, batch);
   ASSERT_TRUE(got.is_ok()) << got.status().to_string();
   const ErrorStats e = compare(*got, (*ref)[0].f32());
-  EXPECT_LE(e.rel_l2, 1e-5) << file;
-  std::printf("[ plan  ] %s: %zu steps, %zu weights (%.1f MiB), arena %.1f MiB at batch 2, rel L2 %.2e\n",
-              file.c_str(), back->steps.size(), back->weights.size(), back->weights_bytes() / 1048576.0,
+  EXPECT_LE(e.rel_l2, bound) << file << " " << precision_name(precision);
+  std::printf("[ plan  ] %s %s: %zu steps, %zu weights (%.1f MiB), arena %.1f MiB at batch 2, rel L2 %.2e\n",
+              file.c_str(), std::string(precision_name(precision)).c_str(), back->steps.size(),
+              back->weights.size(), back->weights_bytes() / 1048576.0,
               plan_memory(requests).arena_bytes / 1048576.0, e.rel_l2);
   EXPECT_EQ(e.non_finite, 0);
 }
@@ -75,6 +76,15 @@ TEST(LowerModels, ResNet18Fixture) {
 }
 TEST(LowerModels, MobileNetV2Fixture) {
   check_model("mobilenet_v2.onnx");
+}
+// HardSwish, and squeeze-and-excitation blocks: HardSigmoid and a Mul broadcast per channel.
+TEST(LowerModels, MobileNetV3SmallFixture) {
+  check_model("mobilenet_v3_small.onnx");
+}
+// FP16 and BF16 storage as the interpreter emulates it, within the GPU engine test's bounds.
+TEST(LowerModels, MobileNetV3SmallFixtureFp16AndBf16) {
+  check_model("mobilenet_v3_small.onnx", Precision::kFp16, 1e-2);
+  check_model("mobilenet_v3_small.onnx", Precision::kBf16, 3e-2);
 }
 
 }  // namespace

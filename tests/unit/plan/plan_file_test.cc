@@ -115,19 +115,23 @@ uint64_t fnv1a64(std::span<const std::byte> bytes) {
   return h;
 }
 
-// Version-1 files (before folded casts) are still read; version 2 is what gets written.
-TEST(PlanFile, ReadsTheOlderVersion) {
-  auto bytes = serialize_plan(small_plan());
-  uint32_t written = 0;
-  std::memcpy(&written, bytes.data() + 8, 4);
-  EXPECT_EQ(written, kPlanFormatVersion);
-  const uint32_t v1 = 1;
-  std::memcpy(bytes.data() + 8, &v1, 4);
-  const uint64_t sum = fnv1a64(std::span(bytes).first(bytes.size() - 8));
-  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
-  auto r = deserialize_plan(bytes);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  EXPECT_EQ(r->steps.size(), small_plan().steps.size());
+// Version-1 files (before folded casts) and version-2 files (before softmax outputs and pointwise
+// steps) are still read; version 3 is what gets written.
+TEST(PlanFile, ReadsTheOlderVersions) {
+  for (const uint32_t older : {1u, 2u}) {
+    auto bytes = serialize_plan(small_plan());
+    uint32_t written = 0;
+    std::memcpy(&written, bytes.data() + 8, 4);
+    EXPECT_EQ(written, kPlanFormatVersion);
+    EXPECT_EQ(kPlanFormatVersion, 3u);
+    std::memcpy(bytes.data() + 8, &older, 4);
+    const uint64_t sum = fnv1a64(std::span(bytes).first(bytes.size() - 8));
+    std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+    auto r = deserialize_plan(bytes);
+    ASSERT_TRUE(r.is_ok()) << "version " << older << ": " << r.status().to_string();
+    EXPECT_EQ(r->steps.size(), small_plan().steps.size());
+    EXPECT_FALSE(r->steps.back().softmax);
+  }
 }
 
 // A header that parses and carries a valid checksum but points outside the weights or at

@@ -4,9 +4,8 @@
 // and are not multiples of the stride, odd image sizes and asymmetric padding.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "backends/reference/reference_executor.h"
+#include "normal_tensor.h"
 #include "plan/interpret.h"
 #include "plan/lower.h"
 #include "plan/memory_plan.h"
@@ -15,11 +14,7 @@ namespace gpulab {
 namespace {
 
 Tensor random_tensor(Shape shape, uint32_t seed) {
-  Tensor t(DataType::kFloat32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (float& x : t.f32()) x = dist(rng);
-  return t;
+  return testing::normal_tensor(std::move(shape), seed);
 }
 
 PoolAttrs pool_2x2() {

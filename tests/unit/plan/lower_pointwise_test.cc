@@ -1,0 +1,203 @@
+// Lowering the ops of squeeze-and-excitation classifiers (MobileNetV3, EfficientNet) and a final
+// Softmax: Sigmoid, HardSigmoid and HardSwish become kPointwise steps, Mul and Add of a value per
+// image and channel become broadcasting kMul/kAdd steps, and a Softmax over the output's classes
+// becomes part of kOutput. The plan interpreter checks each against the reference backend (CPU,
+// milliseconds); what cannot run on the GPU is refused by name.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "backends/reference/reference_executor.h"
+#include "normal_tensor.h"
+#include "plan/interpret.h"
+#include "plan/lower.h"
+
+namespace gpulab {
+namespace {
+
+using testing::normal_tensor;
+
+Node conv(std::string name, std::string in, std::string w, std::string out, int64_t kernel, Activation act) {
+  ConvAttrs a;
+  a.kernel = {kernel, kernel};
+  a.pads = {kernel / 2, kernel / 2, kernel / 2, kernel / 2};
+  a.activation = act;
+  return Node{std::move(name), OpType::kConv, {std::move(in), std::move(w)}, {std::move(out)}, a};
+}
+
+// input [N,3,8,8] -> conv 3x3 (16) relu -> HardSwish = h
+//   squeeze-and-excitation: GAP(h) -> conv 1x1 (4) relu -> conv 1x1 (16) = e -> HardSigmoid = s
+//   Mul(s, h) (the scale first, as torchvision writes it) = m
+//   SiLU: Mul(m, Sigmoid(m)) = silu;  Add(silu, e) (broadcast second) = a
+// -> GAP -> Flatten -> Gemm (10) -> Softmax over the classes.
+Graph se_classifier() {
+  Graph g;
+  g.name = "se";
+  g.inputs = {"input"};
+  g.values["input"] = ValueInfo{DataType::kFloat32, Shape{Shape::kBatch, 3, 8, 8}, std::nullopt};
+  g.initializers["w1"] = normal_tensor(Shape{16, 3, 3, 3}, 1, 0.4f);
+  g.initializers["fc1.w"] = normal_tensor(Shape{4, 16, 1, 1}, 2, 0.5f);
+  g.initializers["fc2.w"] = normal_tensor(Shape{16, 4, 1, 1}, 3, 0.8f);
+  g.initializers["fc.w"] = normal_tensor(Shape{10, 16}, 4, 0.8f);
+  g.initializers["fc.b"] = normal_tensor(Shape{10}, 5, 0.2f);
+  g.nodes = {conv("conv1", "input", "w1", "c1", 3, Activation::kRelu),
+             Node{"hswish", OpType::kHardSwish, {"c1"}, {"h"}, {}},
+             Node{"squeeze", OpType::kGlobalAveragePool, {"h"}, {"p"}, {}},
+             conv("fc1", "p", "fc1.w", "f1", 1, Activation::kRelu),
+             conv("fc2", "f1", "fc2.w", "e", 1, Activation::kNone),
+             Node{"hsigmoid", OpType::kHardSigmoid, {"e"}, {"s"}, HardSigmoidAttrs{1.0f / 6, 0.5f}},
+             Node{"scale", OpType::kMul, {"s", "h"}, {"m"}, {}},
+             Node{"sigmoid", OpType::kSigmoid, {"m"}, {"g"}, {}},
+             Node{"silu", OpType::kMul, {"m", "g"}, {"silu"}, {}},
+             Node{"shift", OpType::kAdd, {"silu", "e"}, {"a"}, {}},
+             Node{"gap", OpType::kGlobalAveragePool, {"a"}, {"q"}, {}},
+             Node{"flat", OpType::kFlatten, {"q"}, {"fl"}, FlattenAttrs{1}}};
+  GemmAttrs ga;
+  ga.trans_b = true;
+  g.nodes.push_back(Node{"fc", OpType::kGemm, {"fl", "fc.w", "fc.b"}, {"logits"}, ga});
+  g.nodes.push_back(Node{"softmax", OpType::kSoftmax, {"logits"}, {"prob"}, AxisAttrs{-1}});
+  g.outputs = {"prob"};
+  EXPECT_TRUE(g.infer_shapes().is_ok());
+  return g;
+}
+
+const PlanStep* find_step(const Plan& plan, const std::string& name) {
+  for (const PlanStep& s : plan.steps)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+Result<Plan> lower(const Graph& g, Precision precision) {
+  BuildOptions options;
+  options.precision = precision;
+  options.max_batch = 3;
+  return lower_graph(g, options);
+}
+
+TEST(LowerPointwise, StepsOfASqueezeExcitationClassifier) {
+  auto plan = lower(se_classifier(), Precision::kFp32);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  const PlanStep* hswish = find_step(*plan, "hswish");
+  const PlanStep* hsigmoid = find_step(*plan, "hsigmoid");
+  const PlanStep* sigmoid = find_step(*plan, "sigmoid");
+  ASSERT_TRUE(hswish && hsigmoid && sigmoid);
+  EXPECT_EQ(hswish->kind, StepKind::kPointwise);
+  EXPECT_EQ(hswish->pointwise, PointwiseFn::kHardSwish);
+  EXPECT_EQ(hsigmoid->pointwise, PointwiseFn::kHardSigmoid);
+  EXPECT_FLOAT_EQ(hsigmoid->alpha, 1.0f / 6);
+  EXPECT_EQ(sigmoid->pointwise, PointwiseFn::kSigmoid);
+
+  // The scale is read second and broadcast; SiLU's Mul has two inputs of one shape.
+  const PlanStep* scale = find_step(*plan, "scale");
+  const PlanStep* silu = find_step(*plan, "silu");
+  const PlanStep* shift = find_step(*plan, "shift");
+  ASSERT_TRUE(scale && silu && shift);
+  EXPECT_EQ(scale->kind, StepKind::kMul);
+  EXPECT_EQ(plan->values[scale->inputs[0]].name, "h");
+  EXPECT_EQ(plan->values[scale->inputs[1]].name, "s");
+  EXPECT_TRUE(broadcasts_channels(*plan, *scale));
+  EXPECT_FALSE(broadcasts_channels(*plan, *silu));
+  EXPECT_EQ(shift->kind, StepKind::kAdd);
+  EXPECT_TRUE(broadcasts_channels(*plan, *shift));
+
+  // The Softmax is the output step's, over float32 logits.
+  EXPECT_EQ(find_step(*plan, "softmax"), nullptr);
+  EXPECT_EQ(plan->steps.back().kind, StepKind::kOutput);
+  EXPECT_TRUE(plan->steps.back().softmax);
+  EXPECT_EQ(plan->num_classes, 10);
+
+  // The plan file keeps all of it.
+  auto back = deserialize_plan(serialize_plan(*plan));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_TRUE(back->steps.back().softmax);
+  const PlanStep* hsigmoid_back = find_step(*back, "hsigmoid");
+  ASSERT_NE(hsigmoid_back, nullptr);
+  EXPECT_EQ(hsigmoid_back->kind, StepKind::kPointwise);
+  EXPECT_EQ(hsigmoid_back->pointwise, PointwiseFn::kHardSigmoid);
+  EXPECT_FLOAT_EQ(hsigmoid_back->alpha, 1.0f / 6);
+  EXPECT_FLOAT_EQ(hsigmoid_back->beta, 0.5f);
+  EXPECT_EQ(find_step(*back, "scale")->kind, StepKind::kMul);
+}
+
+// The interpreted plan computes what the reference backend does on the graph: in FP32 to float
+// rounding, in FP16 and BF16 (storage emulated) to their rounding.
+TEST(LowerPointwise, InterpretedPlanMatchesTheReference) {
+  const Graph g = se_classifier();
+  const int64_t batch = 3;
+  const Tensor input = normal_tensor(Shape{batch, 3, 8, 8}, 9, 1.0f);
+  auto exec = ReferenceExecutor::create(g);
+  ASSERT_TRUE(exec.is_ok()) << exec.status().to_string();
+  auto ref = exec->run(std::vector<Tensor>{input});
+  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+  const std::span<const float> want = (*ref)[0].f32();
+  // Not a flat distribution: the test would not see a softmax taken twice.
+  EXPECT_GT(*std::max_element(want.begin(), want.begin() + 10), 0.2f);
+
+  const std::vector<float> in(input.f32().begin(), input.f32().end());
+  for (const auto& [precision, bound] : {std::pair{Precision::kFp32, 1e-6}, std::pair{Precision::kFp16, 5e-3},
+                                         std::pair{Precision::kBf16, 3e-2}}) {
+    auto plan = lower(g, precision);
+    ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+    auto got = interpret_plan(*plan, in, batch);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    ASSERT_EQ(got->size(), want.size());
+    const ErrorStats e = compare(*got, want);
+    EXPECT_LE(e.rel_l2, bound) << precision_name(precision);
+    EXPECT_EQ(e.non_finite, 0);
+    for (int64_t n = 0; n < batch; ++n) {
+      double sum = 0;
+      for (int64_t c = 0; c < 10; ++c) sum += (*got)[n * 10 + c];
+      EXPECT_NEAR(sum, 1.0, 1e-5) << precision_name(precision) << " image " << n;
+    }
+  }
+}
+
+TEST(LowerPointwise, WhatTheGpuCannotRunIsRefusedByName) {
+  // A Softmax inside the network.
+  Graph inner = se_classifier();
+  inner.nodes.insert(inner.nodes.begin() + 1,
+                     Node{"early_softmax", OpType::kSoftmax, {"c1"}, {"sm"}, AxisAttrs{1}});
+  inner.nodes[2].inputs = {"sm"};
+  ASSERT_TRUE(inner.infer_shapes().is_ok());
+  auto r = lower(inner, Precision::kFp32);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("'early_softmax'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("output only"), std::string::npos) << r.status().message();
+
+  // A Mul broadcasting one channel over sixteen.
+  Graph one_channel = se_classifier();
+  one_channel.initializers["mask.w"] = normal_tensor(Shape{1, 16, 1, 1}, 6, 0.5f);
+  one_channel.nodes.insert(one_channel.nodes.begin() + 2,
+                           conv("mask", "h", "mask.w", "mk", 1, Activation::kNone));
+  one_channel.nodes.insert(one_channel.nodes.begin() + 3,
+                           Node{"masked", OpType::kMul, {"h", "mk"}, {"hm"}, {}});
+  one_channel.nodes[4].inputs = {"hm"};  // squeeze
+  ASSERT_TRUE(one_channel.infer_shapes().is_ok());
+  r = lower(one_channel, Precision::kFp32);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("'masked'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("broadcast"), std::string::npos) << r.status().message();
+}
+
+// The runtime indexes an elementwise step's inputs by its output's shape, so a plan whose values
+// do not fit is refused when it is validated (as a damaged file would be), never run.
+TEST(LowerPointwise, ValidationRefusesMismatchedElementwiseInputs) {
+  auto plan = lower(se_classifier(), Precision::kFp32);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  const PlanStep* scale = find_step(*plan, "scale");
+  ASSERT_NE(scale, nullptr);
+  Plan wide = *plan;
+  wide.values[scale->inputs[1]].c = 32;  // the broadcast scale no longer has the output's channels
+  EXPECT_EQ(wide.validate().code(), StatusCode::kInvalidFile);
+  Plan tall = *plan;
+  tall.values[find_step(*plan, "hswish")->inputs[0]].h = 4;
+  const Status s = tall.validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidFile);
+  EXPECT_NE(s.message().find("'hswish'"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace gpulab
