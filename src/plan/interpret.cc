@@ -172,14 +172,17 @@ class Interpreter {
   Status gemm_step(const PlanStep& s) {
     const PlanValue& x = plan_.values[s.inputs[0]];
     const PlanValue& y = plan_.values[s.output];
-    GPULAB_ASSIGN_OR_RETURN(const std::vector<float> wt, weight(s, s.weight, static_cast<size_t>(y.c * x.c)));
+    const int64_t features = x.h * x.w * x.c;  // a flattened NHWC value when h * w > 1
+    GPULAB_ASSIGN_OR_RETURN(const std::vector<float> wt,
+                            weight(s, s.weight, static_cast<size_t>(y.c * features)));
     GPULAB_ASSIGN_OR_RETURN(const std::vector<float> bias, weight(s, s.bias, static_cast<size_t>(y.c)));
     const std::vector<float>& in = v_[s.inputs[0]];
     auto& out = alloc(s.output);
     for (int64_t n = 0; n < batch_; ++n)
       for (int64_t o = 0; o < y.c; ++o) {
         double acc = bias[o];
-        for (int64_t i = 0; i < x.c; ++i) acc += static_cast<double>(in[n * x.c + i]) * wt[o * x.c + i];
+        for (int64_t i = 0; i < features; ++i)
+          acc += static_cast<double>(in[n * features + i]) * wt[o * features + i];
         out[n * y.c + o] = static_cast<float>(acc);
       }
     return Status::ok();

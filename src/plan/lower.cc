@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <utility>
 #include <variant>
 
@@ -138,6 +139,9 @@ struct Lowering {
   std::map<std::pair<int, DataType>, int> casts;  // (value, dtype) -> its kCast copy
   StemRewrite stem;                               // node "" when the stem is not rewritten
   bool softmax_output = false;                    // lower_softmax: kOutput applies the Softmax
+  // Graph values that flatten an HxWxC value with H or W > 1: the plan value keeps its NHWC
+  // order, which differs from ONNX's CHW flattening.
+  std::set<std::string> spatial_views;
 
   Status unsupported(const Node& node, const std::string& what) {
     return Status::unsupported(
@@ -310,20 +314,28 @@ struct Lowering {
     const auto& a = node.attr<GemmAttrs>();
     const PlanValue xin = plan.values[x];
     if (a.trans_a) return unsupported(node, "transA = 1");
-    if (xin.h != 1 || xin.w != 1 || xin.c != xin.c_valid)
+    // A flattened HxWxC input (a spatial view) is read in its NHWC order: feature (y * W + x) * C + c
+    // of the plan holds ONNX's feature c * H * W + y * W + x.
+    const bool spatial = spatial_views.contains(node.input(0));
+    if ((!spatial && (xin.h != 1 || xin.w != 1)) || xin.c != xin.c_valid)
       return unsupported(node, "its input is not a flat [N, features] tensor");
+    const int64_t features = xin.h * xin.w * xin.c;
     const Tensor* b = graph.initializer(node.input(1));
     if (!b || b->dtype() != DataType::kFloat32 || b->shape().rank() != 2)
       return unsupported(node, "B is not a constant float matrix");
     const int64_t out = a.trans_b ? b->shape()[0] : b->shape()[1];
     const int64_t in = a.trans_b ? b->shape()[1] : b->shape()[0];
-    if (in != xin.c)
-      return unsupported(node, fmt::format("B {} does not take {} features", b->shape().to_string(), xin.c));
+    if (in != features)
+      return unsupported(node,
+                         fmt::format("B {} does not take {} features", b->shape().to_string(), features));
+    const int64_t pixels = xin.h * xin.w;
     std::vector<float> wt(static_cast<size_t>(out * in));
     const auto src = b->f32();
     for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i)
-        wt[o * in + i] = a.alpha * (a.trans_b ? src[o * in + i] : src[i * out + o]);
+      for (int64_t i = 0; i < in; ++i) {
+        const int64_t to = i % xin.c * pixels + i / xin.c;  // the ONNX feature of plan feature i
+        wt[o * in + i] = a.alpha * (a.trans_b ? src[o * in + to] : src[to * out + o]);
+      }
     PlanStep st = step(StepKind::kGemm, node);
     st.inputs = {x};
     st.weight = add_weight(node.input(1), Shape{out, in}, wt);
@@ -389,6 +401,14 @@ struct Lowering {
   }
 
   Status lower_node(const Node& node) {
+    const bool view_reader = node.op == OpType::kFlatten || node.op == OpType::kReshape ||
+                             node.op == OpType::kIdentity || node.op == OpType::kDropout;
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (spatial_views.contains(node.inputs[i]) && !view_reader && !(node.op == OpType::kGemm && i == 0))
+        return unsupported(node,
+                           fmt::format("it reads '{}', a tensor of more than one pixel flattened to [N, "
+                                       "features], which on the GPU only a Gemm may read",
+                                       node.inputs[i]));
     switch (node.op) {
       case OpType::kConv: return lower_conv(node);
       case OpType::kGemm: return lower_gemm(node);
@@ -458,11 +478,17 @@ struct Lowering {
         const auto& v = plan.values[x];
         const ValueInfo* out = graph.value(node.outputs[0]);
         const bool identity = node.op == OpType::kIdentity || node.op == OpType::kDropout;
-        // NHWC and NCHW hold a 1x1 spatial tensor in the same order, so a flatten is a view.
-        const bool flat_view =
-            v.h == 1 && v.w == 1 && v.c == v.c_valid && out && out->shape.rank() == 2 && out->shape[1] == v.c;
-        if (!identity && !flat_view)
-          return unsupported(node, "a reshape of a tensor with spatial size > 1 (NHWC order differs)");
+        const bool to_flat =
+            out && out->shape.rank() == 2 && out->shape[1] == v.h * v.w * v.c && v.c == v.c_valid;
+        // NHWC and NCHW hold a 1x1 spatial tensor in the same order, so a flatten is a view. A
+        // larger one (VGG's 7x7x512) keeps its NHWC order: a spatial view, which only a Gemm may
+        // read, with its weight's columns permuted to match (lower_gemm).
+        if (!identity && !to_flat)
+          return unsupported(node, fmt::format("a reshape of [{}x{}x{}] (HxWxC) to {}; the GPU engine only "
+                                               "flattens to [N, features]",
+                                               v.h, v.w, v.c_valid, out ? out->shape.to_string() : "?"));
+        if ((!identity && (v.h > 1 || v.w > 1)) || spatial_views.contains(node.input(0)))
+          spatial_views.insert(node.outputs[0]);
         value_of[node.outputs[0]] = x;
         return Status::ok();
       }

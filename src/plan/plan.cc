@@ -155,6 +155,12 @@ Status Plan::validate() const {
     }
     if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm || s.kind == StepKind::kStem) && s.weight < 0)
       return bad(fmt::format("step {} '{}' has no weight", i, s.name));
+    if (s.kind == StepKind::kGemm) {  // cuBLASLt reads [out, h * w * c] weights
+      const PlanValue &x = values[s.inputs[0]], &y = values[s.output];
+      if (weights[s.weight].shape != Shape{y.c, x.h * x.w * x.c})
+        return bad(fmt::format("step {} '{}' has weight {} for {} features in and {} out", i, s.name,
+                               weights[s.weight].shape.to_string(), x.h * x.w * x.c, y.c));
+    }
     if ((s.kind == StepKind::kInput || s.kind == StepKind::kStem) && i != 0)
       return bad(fmt::format("step {} '{}' ({}) is not the first step", i, s.name, step_kind_name(s.kind)));
     if (s.kind == StepKind::kStem &&

@@ -50,7 +50,8 @@ inline cuda::DirectConvDesc direct_conv_desc(const cuda::ConvProblem& p) {
 inline cuda::GemmProblem gemm_problem(const Plan& plan, const PlanStep& step, int64_t batch) {
   cuda::GemmProblem g;
   g.rows = batch;
-  g.in_features = plan.values[step.inputs[0]].c;
+  const PlanValue& x = plan.values[step.inputs[0]];
+  g.in_features = x.h * x.w * x.c;  // more than one pixel: a flattened NHWC value (lower_gemm)
   g.out_features = plan.values[step.output].c;
   g.has_bias = step.bias >= 0;
   g.dtype = plan.values[step.output].dtype;

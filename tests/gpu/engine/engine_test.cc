@@ -244,6 +244,25 @@ TEST(EngineGpu, SqueezeExcitationPointwiseOpsAndSoftmax) {
   check_graph_all_precisions(graph, Shape{3, 8, 14, 14}, "squeeze-excitation + softmax");
 }
 
+// VGG/AlexNet's head: a Flatten of a multi-pixel tensor (4x4x16 here) read by a Gemm in the
+// plan's NHWC order, with the weight's columns permuted at build; then Relu and a second Gemm.
+TEST(EngineGpu, GemmOverAFlattenedMultiPixelTensor) {
+  SKIP_WITHOUT_GPU();
+  GraphBuilder b(8, 8, 8);
+  b.conv(8, 16, 3, 1, 1, 1, Activation::kRelu);
+  b.pool(OpType::kMaxPool, 2, 2, 0);
+  b.simple(OpType::kFlatten, FlattenAttrs{1}, {b.last});
+  GemmAttrs ga;
+  ga.trans_b = true;
+  b.simple(OpType::kGemm, ga, {b.last, b.weight(Shape{32, 256}, 1.0f / 16), b.weight(Shape{32}, 0.1f)});
+  b.simple(OpType::kRelu, std::monostate{}, {b.last});
+  b.simple(OpType::kGemm, ga,
+           {b.last, b.weight(Shape{10, 32}, 1.0f / std::sqrt(32.0f)), b.weight(Shape{10}, 0.1f)});
+  b.g.outputs = {b.last};
+  ASSERT_TRUE(b.g.infer_shapes().is_ok());
+  check_graph_all_precisions(b.g, Shape{3, 8, 8, 8}, "flatten 4x4x16 -> gemm");
+}
+
 TEST(EngineGpu, PerLayerFp32OverrideInAnFp16Plan) {
   SKIP_WITHOUT_GPU();
   GraphBuilder b(8, 16, 16);

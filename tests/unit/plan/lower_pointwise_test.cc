@@ -1,8 +1,9 @@
-// Lowering the ops of squeeze-and-excitation classifiers (MobileNetV3, EfficientNet) and a final
-// Softmax: Sigmoid, HardSigmoid and HardSwish become kPointwise steps, Mul and Add of a value per
-// image and channel become broadcasting kMul/kAdd steps, and a Softmax over the output's classes
-// becomes part of kOutput. The plan interpreter checks each against the reference backend (CPU,
-// milliseconds); what cannot run on the GPU is refused by name.
+// Lowering the ops of squeeze-and-excitation classifiers (MobileNetV3, EfficientNet), a final
+// Softmax, and VGG's flatten of a multi-pixel tensor: Sigmoid, HardSigmoid and HardSwish become
+// kPointwise steps, Mul and Add of a value per image and channel become broadcasting kMul/kAdd
+// steps, a Softmax over the output's classes becomes part of kOutput, and a Gemm reads a flattened
+// NHWC tensor with its weight's columns permuted. The plan interpreter checks each against the
+// reference backend (CPU, milliseconds); what cannot run on the GPU is refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -197,6 +198,79 @@ TEST(LowerPointwise, ValidationRefusesMismatchedElementwiseInputs) {
   const Status s = tall.validate();
   EXPECT_EQ(s.code(), StatusCode::kInvalidFile);
   EXPECT_NE(s.message().find("'hswish'"), std::string::npos) << s.message();
+}
+
+// input [N,3,8,8] -> conv 3x3 (8) relu -> maxpool 2x2 -> Flatten [N, 128] (4x4x8: the plan keeps
+// NHWC order) -> Gemm (32, transB) -> Relu -> Dropout -> Gemm (10, B not transposed).
+Graph vgg_like(bool relu_before_gemm = false) {
+  Graph g;
+  g.name = "vgg";
+  g.inputs = {"input"};
+  g.values["input"] = ValueInfo{DataType::kFloat32, Shape{Shape::kBatch, 3, 8, 8}, std::nullopt};
+  g.initializers["w1"] = normal_tensor(Shape{8, 3, 3, 3}, 11, 0.4f);
+  g.initializers["fc1.w"] = normal_tensor(Shape{32, 128}, 12, 0.1f);
+  g.initializers["fc1.b"] = normal_tensor(Shape{32}, 13, 0.1f);
+  g.initializers["fc2.w"] = normal_tensor(Shape{32, 10}, 14, 0.3f);
+  PoolAttrs pool;
+  pool.kernel = {2, 2};
+  pool.stride = {2, 2};
+  GemmAttrs t;
+  t.trans_b = true;
+  g.nodes = {conv("conv1", "input", "w1", "c1", 3, Activation::kRelu),
+             Node{"pool", OpType::kMaxPool, {"c1"}, {"p"}, pool},
+             Node{"flatten", OpType::kFlatten, {"p"}, {"f"}, FlattenAttrs{1}}};
+  std::string features = "f";
+  if (relu_before_gemm) {
+    g.nodes.push_back(Node{"early_relu", OpType::kRelu, {"f"}, {"fr"}, {}});
+    features = "fr";
+  }
+  g.nodes.push_back(Node{"fc1", OpType::kGemm, {features, "fc1.w", "fc1.b"}, {"h"}, t});
+  g.nodes.push_back(Node{"relu", OpType::kRelu, {"h"}, {"hr"}, {}});
+  g.nodes.push_back(Node{"drop", OpType::kDropout, {"hr"}, {"hd"}, {}});
+  g.nodes.push_back(Node{"fc2", OpType::kGemm, {"hd", "fc2.w"}, {"logits"}, GemmAttrs{}});
+  g.outputs = {"logits"};
+  EXPECT_TRUE(g.infer_shapes().is_ok());
+  return g;
+}
+
+TEST(LowerFlatten, GemmReadsAFlattenedMultiPixelTensorInItsNhwcOrder) {
+  const Graph g = vgg_like();
+  const Tensor input = normal_tensor(Shape{2, 3, 8, 8}, 21, 1.0f);
+  auto exec = ReferenceExecutor::create(g);
+  ASSERT_TRUE(exec.is_ok()) << exec.status().to_string();
+  auto ref = exec->run(std::vector<Tensor>{input});
+  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+  const std::vector<float> in(input.f32().begin(), input.f32().end());
+  for (const auto& [precision, bound] :
+       {std::pair{Precision::kFp32, 1e-6}, std::pair{Precision::kFp16, 5e-3}}) {
+    auto plan = lower(g, precision);
+    ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+    const PlanStep* fc1 = find_step(*plan, "fc1");
+    ASSERT_NE(fc1, nullptr);
+    const PlanValue& x = plan->values[fc1->inputs[0]];
+    EXPECT_EQ(x.h * x.w, 16) << "the pooled 4x4x8 value itself, not a copy";
+    EXPECT_EQ(plan->weights[fc1->weight].shape, (Shape{32, 128}));
+    auto got = interpret_plan(*plan, in, 2);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    const ErrorStats e = compare(*got, (*ref)[0].f32());
+    EXPECT_LE(e.rel_l2, bound) << precision_name(precision);
+  }
+}
+
+TEST(LowerFlatten, OnlyAGemmMayReadTheFlattenedTensor) {
+  auto r = lower(vgg_like(/*relu_before_gemm=*/true), Precision::kFp32);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("'early_relu'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("only a Gemm"), std::string::npos) << r.status().message();
+
+  // A Gemm weight that does not fit its input is a damaged plan.
+  auto plan = lower(vgg_like(), Precision::kFp32);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  plan->values[find_step(*plan, "fc1")->inputs[0]].h = 2;
+  const Status s = plan->validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidFile);
+  EXPECT_NE(s.message().find("'fc1'"), std::string::npos) << s.message();
 }
 
 }  // namespace
