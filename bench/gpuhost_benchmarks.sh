@@ -17,8 +17,8 @@ out=${OUT:-gpuhost-logs}
 # Model names in the lists below (and GRID_MODELS): checked before anything is built.
 for cfg in ${BENCH_CONFIGS:-} ${PROFILE_CONFIGS:-} ${COMPARE_MODELS:-} ${GRID_MODELS:-}; do
   case ${cfg%%:*} in
-    r18 | mnv2) ;;
-    *) echo "gpuhost_benchmarks: unknown model '${cfg%%:*}' in '$cfg' (r18 or mnv2)" >&2; exit 2 ;;
+    r18 | mnv2 | mnv3) ;;
+    *) echo "gpuhost_benchmarks: unknown model '${cfg%%:*}' in '$cfg' (r18, mnv2 or mnv3)" >&2; exit 2 ;;
   esac
 done
 build=${BUILD_DIR:-build/gpuhost}
@@ -63,12 +63,14 @@ tail -1 "$out/fixtures.log"
 gpulab=$build/gpulab
 r18=$build/fixtures/resnet18.onnx
 mnv2=models/mobilenet_v2_1.0_224.onnx
+mnv3=$build/fixtures/mobilenet_v3_small.onnx  # seeded random weights (make_model_fixtures.py)
 # The ONNX file of a short model name (BENCH_CONFIGS, PROFILE_CONFIGS, COMPARE_MODELS).
 model_path() {
   case $1 in
     r18) echo "$r18" ;;
     mnv2) echo "$mnv2" ;;
-    *) echo "gpuhost_benchmarks: unknown model '$1' (r18 or mnv2)" >&2; return 1 ;;
+    mnv3) echo "$mnv3" ;;
+    *) echo "gpuhost_benchmarks: unknown model '$1' (r18, mnv2 or mnv3)" >&2; return 1 ;;
   esac
 }
 
@@ -84,9 +86,9 @@ fi
 if has bench; then
   # GPU compute time (inputs already on the device), CUDA graphs, median; one timing cache.
   # BENCH_CONFIGS overrides the list: "model:precision:batch[:nos2d|:nofuse|:nofold|:nochunk] ..."
-  # with model r18 or mnv2; nos2d builds without the space-to-depth stem rewrite, nofuse without
-  # the fused stem kernel, nofold with the float32 casts before depthwise layers, nochunk without
-  # batch-chunked tactics (for before/after).
+  # with model r18, mnv2 or mnv3 (MobileNetV3-Small, seeded weights); nos2d builds without the
+  # space-to-depth stem rewrite, nofuse without the fused stem kernel, nofold with the float32
+  # casts before depthwise layers, nochunk without batch-chunked tactics (for before/after).
   # PROFILE_CONFIGS (same form) get a per-layer profile (eager) as well.
   configs=${BENCH_CONFIGS:-"r18:fp16:256 r18:fp16:1 r18:fp32:256 r18:tf32:256 r18:bf16:256 mnv2:fp16:256 mnv2:fp16:1 mnv2:fp32:256 mnv2:bf16:256"}
   bench_one() {  # model precision batch extra-flags name-suffix [more bench flags]
