@@ -38,6 +38,7 @@ class Interpreter {
         case StepKind::kPointwise:
         case StepKind::kCast: elementwise_step(s); break;
         case StepKind::kStem: GPULAB_TRY(stem_step(s, input)); break;
+        case StepKind::kConcat: concat_step(s); break;
         case StepKind::kOutput: {
           const PlanValue& x = plan_.values[s.inputs[0]];
           logits.resize(static_cast<size_t>(batch_ * plan_.num_classes));
@@ -248,6 +249,20 @@ class Interpreter {
         out[i] = pointwise(val, s);
       else
         out[i] = s.kind == StepKind::kCast ? val : activate(val, s.activation, s.clip_min, s.clip_max);
+    }
+  }
+
+  // Each pixel of y holds the inputs' channels one after another.
+  void concat_step(const PlanStep& s) {
+    const PlanValue& y = plan_.values[s.output];
+    auto& out = alloc(s.output);
+    const int64_t pixels = batch_ * y.h * y.w;
+    int64_t first = 0;
+    for (int in : s.inputs) {
+      const int64_t c = plan_.values[in].c;
+      const std::vector<float>& x = v_[in];
+      for (int64_t p = 0; p < pixels; ++p) std::copy_n(x.begin() + p * c, c, out.begin() + p * y.c + first);
+      first += c;
     }
   }
 

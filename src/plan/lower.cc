@@ -400,6 +400,31 @@ struct Lowering {
     return Status::ok();
   }
 
+  // Concat along the channels of activations of one pixel size: one kConcat step, whose inputs the
+  // runtime copies into slices of the output's channels.
+  Status lower_concat(const Node& node) {
+    const ValueInfo* out = graph.value(node.outputs[0]);
+    const int64_t rank = out ? out->shape.rank() : 0;
+    const int64_t axis =
+        node.attr<AxisAttrs>().axis < 0 ? node.attr<AxisAttrs>().axis + rank : node.attr<AxisAttrs>().axis;
+    if (axis != 1)
+      return unsupported(node,
+                         fmt::format("a concatenation along axis {} of {}; the GPU engine joins channels "
+                                     "(axis 1) only",
+                                     node.attr<AxisAttrs>().axis, out ? out->shape.to_string() : "?"));
+    PlanStep st = step(StepKind::kConcat, node);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, i));
+      const PlanValue& v = plan.values[x];
+      if (v.c != v.c_valid)
+        return unsupported(node, fmt::format("input '{}' has padded channels", node.inputs[i]));
+      st.inputs.push_back(x);
+    }
+    GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
+    plan.steps.push_back(std::move(st));
+    return Status::ok();
+  }
+
   Status lower_node(const Node& node) {
     const bool view_reader = node.op == OpType::kFlatten || node.op == OpType::kReshape ||
                              node.op == OpType::kIdentity || node.op == OpType::kDropout;
@@ -470,6 +495,7 @@ struct Lowering {
         return Status::ok();
       }
       case OpType::kSoftmax: return lower_softmax(node);
+      case OpType::kConcat: return lower_concat(node);
       case OpType::kFlatten:
       case OpType::kReshape:
       case OpType::kIdentity:

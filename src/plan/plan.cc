@@ -70,6 +70,7 @@ std::string_view step_kind_name(StepKind kind) {
     case StepKind::kStem: return "stem";
     case StepKind::kMul: return "mul";
     case StepKind::kPointwise: return "pointwise";
+    case StepKind::kConcat: return "concat";
   }
   return "?";
 }
@@ -136,9 +137,23 @@ Status Plan::validate() const {
       case StepKind::kMul: want_inputs = 2; break;
       default: break;
     }
-    if (s.inputs.size() != want_inputs)
+    if (s.kind == StepKind::kConcat) {
+      // Each input's channels are copied into a slice of y's: they must add up to y's.
+      int64_t channels = 0;
+      for (int in : s.inputs) {
+        const PlanValue &x = values[in], &y = values[s.output];
+        channels += x.c;
+        if (x.h != y.h || x.w != y.w || x.c != x.c_valid || x.dtype != y.dtype)
+          return bad(fmt::format("step {} '{}' (concat) reads value '{}' of another size or type", i, s.name,
+                                 x.name));
+      }
+      if (s.inputs.empty() || channels != values[s.output].c)
+        return bad(fmt::format("step {} '{}' (concat) joins {} channels into {}", i, s.name, channels,
+                               values[s.output].c));
+    } else if (s.inputs.size() != want_inputs) {
       return bad(fmt::format("step {} '{}' ({}) has {} inputs, expected {}", i, s.name,
                              step_kind_name(s.kind), s.inputs.size(), want_inputs));
+    }
     // Elementwise steps index their inputs by the output's shape: a, and x of the unary ones, have
     // it; b has it or is one value per image and channel.
     const bool binary = s.kind == StepKind::kAdd || s.kind == StepKind::kMul;
@@ -321,7 +336,7 @@ StepKind step_kind_from(const std::string& name) {
   for (StepKind k :
        {StepKind::kInput, StepKind::kConv, StepKind::kGemm, StepKind::kMaxPool, StepKind::kAveragePool,
         StepKind::kGlobalAveragePool, StepKind::kAdd, StepKind::kActivation, StepKind::kOutput,
-        StepKind::kCast, StepKind::kStem, StepKind::kMul, StepKind::kPointwise})
+        StepKind::kCast, StepKind::kStem, StepKind::kMul, StepKind::kPointwise, StepKind::kConcat})
     if (step_kind_name(k) == name) return k;
   throw std::runtime_error("unknown step kind '" + name + "'");
 }

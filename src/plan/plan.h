@@ -22,7 +22,8 @@
 // a version-2 file rather than misreading it.
 // Version 3 (stop 19): a kOutput step may end in a softmax (PlanStep::softmax), which a gpulab
 // reading versions 1-2 would leave out; kMul and kPointwise steps, and a kAdd or kMul whose second
-// input is one value per image and channel, are new too (their kind names are unknown there).
+// input is one value per image and channel, and kConcat steps are new too (their kind names are
+// unknown there).
 // gpulab reads versions 1 to 3: an older file has none of what the later versions added.
 #pragma once
 
@@ -84,6 +85,9 @@ enum class StepKind : uint8_t {
   kStem,
   kMul,        // inputs {a, b}; y = a * b, b as kAdd's (squeeze-and-excitation scales, x * sigmoid(x))
   kPointwise,  // inputs {x}; y = PlanStep::pointwise(x)
+  // inputs {x1, x2, ...} of one pixel size and type, unpadded; y holds their channels side by side
+  // (ONNX Concat on axis 1: SqueezeNet's fire modules, GoogLeNet/Inception's branches)
+  kConcat,
 };
 std::string_view step_kind_name(StepKind kind);  // "input", "conv", ...
 

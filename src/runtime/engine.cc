@@ -402,6 +402,26 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
         status = kernels::launch_unary(d, value_ptr(step.inputs[0]), value_ptr(step.output), stream);
         break;
       }
+      case StepKind::kConcat: {
+        // One strided copy per input into its slice of each output pixel's channels.
+        const PlanValue& y = plan.values[step.output];
+        const size_t element = dtype_size(y.dtype);
+        size_t first = 0;
+        for (int in : step.inputs) {
+          const size_t row = static_cast<size_t>(plan.values[in].c) * element;
+          const cudaError_t copied =
+              cudaMemcpy2DAsync(static_cast<char*>(value_ptr(step.output)) + first,
+                                static_cast<size_t>(y.c) * element, value_ptr(in), row, row,
+                                static_cast<size_t>(batch * y.h * y.w), cudaMemcpyDeviceToDevice, stream);
+          if (copied != cudaSuccess) {
+            status = Status::device_error(
+                fmt::format("{}: cudaMemcpy2DAsync: {}", step.name, cudaGetErrorString(copied)));
+            break;
+          }
+          first += row;
+        }
+        break;
+      }
       case StepKind::kCast: {
         const PlanValue& x = plan.values[step.inputs[0]];
         const PlanValue& y = plan.values[step.output];

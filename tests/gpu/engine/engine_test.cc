@@ -1,6 +1,6 @@
 // The GPU engine against the reference backend: small hand-built graphs for every step kind in
-// every precision, whole classifiers (the seeded ResNet-18, MobileNetV2 and MobileNetV3-Small
-// fixtures), eager vs CUDA-graph execution, plan save/load, and two contexts on two streams.
+// every precision, whole classifiers (the seeded ResNet-18, MobileNetV2, MobileNetV3-Small and
+// SqueezeNet 1.1 fixtures), eager vs CUDA-graph execution, plan save/load, and two contexts on two streams.
 // Skipped with a reason when no GPU is usable or the model fixtures are absent.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -242,6 +242,20 @@ TEST(EngineGpu, SqueezeExcitationPointwiseOpsAndSoftmax) {
   graph.outputs = {"prob"};
   ASSERT_TRUE(graph.infer_shapes().is_ok());
   check_graph_all_precisions(graph, Shape{3, 8, 14, 14}, "squeeze-excitation + softmax");
+}
+
+// SqueezeNet's fire module: a squeeze 1x1 and two expand convolutions (1x1 and 3x3) whose outputs
+// a Concat joins along the channels (one strided copy per input).
+TEST(EngineGpu, ConcatOfTwoConvolutionsChannels) {
+  SKIP_WITHOUT_GPU();
+  GraphBuilder b(16, 12, 12);
+  const std::string s = b.conv(16, 8, 1, 1, 0, 1, Activation::kRelu);
+  const std::string e1 = b.conv(8, 16, 1, 1, 0, 1, Activation::kRelu);
+  b.last = s;
+  const std::string e3 = b.conv(8, 24, 3, 1, 1, 1, Activation::kRelu);
+  b.simple(OpType::kConcat, AxisAttrs{1}, {e1, e3});
+  b.conv(40, 16, 1, 1, 0, 1, Activation::kRelu);
+  check_graph_all_precisions(b.finish(16, 10), Shape{3, 16, 12, 12}, "fire module concat");
 }
 
 // VGG/AlexNet's head: a Flatten of a multi-pixel tensor (4x4x16 here) read by a Gemm in the
@@ -605,6 +619,11 @@ TEST(EngineGpuModels, ResNet18AllPrecisions) {
 
 TEST(EngineGpuModels, MobileNetV2AllPrecisions) {
   check_model("mobilenet_v2.onnx", {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16});
+}
+
+// Fire modules (kConcat), MaxPool with ceil_mode, a convolutional classifier.
+TEST(EngineGpuModels, SqueezeNetAllPrecisions) {
+  check_model("squeezenet1_1.onnx", {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16});
 }
 
 // HardSwish and squeeze-and-excitation blocks (kPointwise, broadcast kMul).

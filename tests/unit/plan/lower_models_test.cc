@@ -1,7 +1,7 @@
-// Lowering whole classifiers (the bundled MobileNetV2, and the seeded ResNet-18, MobileNetV2 and
-// MobileNetV3-Small fixtures when generated) into FP32 plans, and running the plans on the CPU with a plain
-// interpreter: the result matches the reference backend on the original graph. This checks the
-// weight layouts, channel padding, views and attribute mapping of the lowering without a GPU.
+// Lowering whole classifiers (the bundled MobileNetV2, and the seeded ResNet-18, MobileNetV2,
+// MobileNetV3-Small and SqueezeNet 1.1 fixtures when generated) into FP32 plans, and running the plans on the
+// CPU with a plain interpreter: the result matches the reference backend on the original graph. This checks
+// the weight layouts, channel padding, views and attribute mapping of the lowering without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -80,6 +80,10 @@ TEST(LowerModels, MobileNetV2Fixture) {
 // HardSwish, and squeeze-and-excitation blocks: HardSigmoid and a Mul broadcast per channel.
 TEST(LowerModels, MobileNetV3SmallFixture) {
   check_model("mobilenet_v3_small.onnx");
+}
+// Fire modules: a Concat of two convolutions' channels.
+TEST(LowerModels, SqueezeNetFixture) {
+  check_model("squeezenet1_1.onnx");
 }
 // FP16 and BF16 storage as the interpreter emulates it, within the GPU engine test's bounds.
 TEST(LowerModels, MobileNetV3SmallFixtureFp16AndBf16) {

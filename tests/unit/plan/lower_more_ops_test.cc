@@ -1,9 +1,10 @@
 // Lowering the ops of squeeze-and-excitation classifiers (MobileNetV3, EfficientNet), a final
-// Softmax, and VGG's flatten of a multi-pixel tensor: Sigmoid, HardSigmoid and HardSwish become
-// kPointwise steps, Mul and Add of a value per image and channel become broadcasting kMul/kAdd
-// steps, a Softmax over the output's classes becomes part of kOutput, and a Gemm reads a flattened
-// NHWC tensor with its weight's columns permuted. The plan interpreter checks each against the
-// reference backend (CPU, milliseconds); what cannot run on the GPU is refused by name.
+// Softmax, VGG's flatten of a multi-pixel tensor and SqueezeNet's channel Concat: Sigmoid, HardSigmoid and
+// HardSwish become kPointwise steps, Mul and Add of a value per image and channel become broadcasting
+// kMul/kAdd steps, a Softmax over the output's classes becomes part of kOutput, a Gemm reads a flattened NHWC
+// tensor with its weight's columns permuted, and a Concat becomes one kConcat step. The plan interpreter
+// checks each against the reference backend (CPU, milliseconds); what cannot run on the GPU is refused by
+// name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,6 +78,39 @@ Result<Plan> lower(const Graph& g, Precision precision) {
   return lower_graph(g, options);
 }
 
+// A seeded [batch, 3, 8, 8] input and what the reference backend computes for it on `g`.
+struct Reference {
+  std::vector<float> input, output;
+};
+Reference reference_run(const Graph& g, int64_t batch, uint32_t seed) {
+  const Tensor input = normal_tensor(Shape{batch, 3, 8, 8}, seed, 1.0f);
+  auto exec = ReferenceExecutor::create(g);
+  EXPECT_TRUE(exec.is_ok()) << exec.status().to_string();
+  if (!exec.is_ok()) return {};
+  auto out = exec->run(std::vector<Tensor>{input});
+  EXPECT_TRUE(out.is_ok()) << out.status().to_string();
+  if (!out.is_ok()) return {};
+  return {{input.f32().begin(), input.f32().end()}, {(*out)[0].f32().begin(), (*out)[0].f32().end()}};
+}
+
+// `g` lowered in `precision` and interpreted on ref.input: within `bound` (relative L2) of the
+// reference. The plan goes to `plan` for the caller's checks; the interpreted output is returned
+// (empty after a failure, which is reported).
+std::vector<float> interpret_like_reference(const Graph& g, Precision precision, const Reference& ref,
+                                            int64_t batch, double bound, Plan& plan) {
+  auto lowered = lower(g, precision);
+  EXPECT_TRUE(lowered.is_ok()) << lowered.status().to_string();
+  if (!lowered.is_ok()) return {};
+  plan = std::move(lowered).value();
+  auto got = interpret_plan(plan, ref.input, batch);
+  EXPECT_TRUE(got.is_ok()) << got.status().to_string();
+  if (!got.is_ok() || got->size() != ref.output.size()) return {};
+  const ErrorStats e = compare(*got, ref.output);
+  EXPECT_LE(e.rel_l2, bound) << precision_name(precision);
+  EXPECT_EQ(e.non_finite, 0) << precision_name(precision);
+  return std::move(got).value();
+}
+
 TEST(LowerPointwise, StepsOfASqueezeExcitationClassifier) {
   auto plan = lower(se_classifier(), Precision::kFp32);
   ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
@@ -127,29 +161,18 @@ TEST(LowerPointwise, StepsOfASqueezeExcitationClassifier) {
 TEST(LowerPointwise, InterpretedPlanMatchesTheReference) {
   const Graph g = se_classifier();
   const int64_t batch = 3;
-  const Tensor input = normal_tensor(Shape{batch, 3, 8, 8}, 9, 1.0f);
-  auto exec = ReferenceExecutor::create(g);
-  ASSERT_TRUE(exec.is_ok()) << exec.status().to_string();
-  auto ref = exec->run(std::vector<Tensor>{input});
-  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
-  const std::span<const float> want = (*ref)[0].f32();
+  const Reference ref = reference_run(g, batch, 9);
+  ASSERT_EQ(ref.output.size(), 30u);
   // Not a flat distribution: the test would not see a softmax taken twice.
-  EXPECT_GT(*std::max_element(want.begin(), want.begin() + 10), 0.2f);
-
-  const std::vector<float> in(input.f32().begin(), input.f32().end());
+  EXPECT_GT(*std::max_element(ref.output.begin(), ref.output.begin() + 10), 0.2f);
   for (const auto& [precision, bound] : {std::pair{Precision::kFp32, 1e-6}, std::pair{Precision::kFp16, 5e-3},
                                          std::pair{Precision::kBf16, 3e-2}}) {
-    auto plan = lower(g, precision);
-    ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
-    auto got = interpret_plan(*plan, in, batch);
-    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
-    ASSERT_EQ(got->size(), want.size());
-    const ErrorStats e = compare(*got, want);
-    EXPECT_LE(e.rel_l2, bound) << precision_name(precision);
-    EXPECT_EQ(e.non_finite, 0);
+    Plan plan;
+    const std::vector<float> got = interpret_like_reference(g, precision, ref, batch, bound, plan);
+    ASSERT_EQ(got.size(), ref.output.size());
     for (int64_t n = 0; n < batch; ++n) {
       double sum = 0;
-      for (int64_t c = 0; c < 10; ++c) sum += (*got)[n * 10 + c];
+      for (int64_t c = 0; c < 10; ++c) sum += got[n * 10 + c];
       EXPECT_NEAR(sum, 1.0, 1e-5) << precision_name(precision) << " image " << n;
     }
   }
@@ -235,25 +258,16 @@ Graph vgg_like(bool relu_before_gemm = false) {
 
 TEST(LowerFlatten, GemmReadsAFlattenedMultiPixelTensorInItsNhwcOrder) {
   const Graph g = vgg_like();
-  const Tensor input = normal_tensor(Shape{2, 3, 8, 8}, 21, 1.0f);
-  auto exec = ReferenceExecutor::create(g);
-  ASSERT_TRUE(exec.is_ok()) << exec.status().to_string();
-  auto ref = exec->run(std::vector<Tensor>{input});
-  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
-  const std::vector<float> in(input.f32().begin(), input.f32().end());
+  const Reference ref = reference_run(g, 2, 21);
   for (const auto& [precision, bound] :
        {std::pair{Precision::kFp32, 1e-6}, std::pair{Precision::kFp16, 5e-3}}) {
-    auto plan = lower(g, precision);
-    ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
-    const PlanStep* fc1 = find_step(*plan, "fc1");
+    Plan plan;
+    EXPECT_FALSE(interpret_like_reference(g, precision, ref, 2, bound, plan).empty());
+    const PlanStep* fc1 = find_step(plan, "fc1");
     ASSERT_NE(fc1, nullptr);
-    const PlanValue& x = plan->values[fc1->inputs[0]];
+    const PlanValue& x = plan.values[fc1->inputs[0]];
     EXPECT_EQ(x.h * x.w, 16) << "the pooled 4x4x8 value itself, not a copy";
-    EXPECT_EQ(plan->weights[fc1->weight].shape, (Shape{32, 128}));
-    auto got = interpret_plan(*plan, in, 2);
-    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
-    const ErrorStats e = compare(*got, (*ref)[0].f32());
-    EXPECT_LE(e.rel_l2, bound) << precision_name(precision);
+    EXPECT_EQ(plan.weights[fc1->weight].shape, (Shape{32, 128}));
   }
 }
 
@@ -271,6 +285,75 @@ TEST(LowerFlatten, OnlyAGemmMayReadTheFlattenedTensor) {
   const Status s = plan->validate();
   EXPECT_EQ(s.code(), StatusCode::kInvalidFile);
   EXPECT_NE(s.message().find("'fc1'"), std::string::npos) << s.message();
+}
+
+// A fire module: squeeze 1x1 (4) -> expand 1x1 (8) and expand 3x3 (12), concatenated to 20
+// channels -> GAP -> Flatten -> Gemm (10).
+Graph fire_module() {
+  Graph g;
+  g.name = "fire";
+  g.inputs = {"input"};
+  g.values["input"] = ValueInfo{DataType::kFloat32, Shape{Shape::kBatch, 3, 8, 8}, std::nullopt};
+  g.initializers["squeeze.w"] = normal_tensor(Shape{4, 3, 1, 1}, 31, 0.5f);
+  g.initializers["e1.w"] = normal_tensor(Shape{8, 4, 1, 1}, 32, 0.5f);
+  g.initializers["e3.w"] = normal_tensor(Shape{12, 4, 3, 3}, 33, 0.3f);
+  g.initializers["fc.w"] = normal_tensor(Shape{10, 20}, 34, 0.3f);
+  GemmAttrs t;
+  t.trans_b = true;
+  g.nodes = {conv("squeeze", "input", "squeeze.w", "s", 1, Activation::kRelu),
+             conv("e1", "s", "e1.w", "a", 1, Activation::kRelu),
+             conv("e3", "s", "e3.w", "b", 3, Activation::kRelu),
+             Node{"cat", OpType::kConcat, {"a", "b"}, {"c"}, AxisAttrs{1}},
+             Node{"gap", OpType::kGlobalAveragePool, {"c"}, {"p"}, {}},
+             Node{"flat", OpType::kFlatten, {"p"}, {"f"}, FlattenAttrs{1}},
+             Node{"fc", OpType::kGemm, {"f", "fc.w"}, {"logits"}, t}};
+  g.outputs = {"logits"};
+  EXPECT_TRUE(g.infer_shapes().is_ok());
+  return g;
+}
+
+TEST(LowerConcat, FireModuleInterpretsLikeTheReference) {
+  const Graph g = fire_module();
+  const Reference ref = reference_run(g, 2, 35);
+  for (const auto& [precision, bound] :
+       {std::pair{Precision::kFp32, 1e-6}, std::pair{Precision::kFp16, 5e-3}}) {
+    Plan plan;
+    EXPECT_FALSE(interpret_like_reference(g, precision, ref, 2, bound, plan).empty());
+    const PlanStep* cat = find_step(plan, "cat");
+    ASSERT_NE(cat, nullptr);
+    EXPECT_EQ(cat->kind, StepKind::kConcat);
+    ASSERT_EQ(cat->inputs.size(), 2u);
+    EXPECT_EQ(plan.values[cat->output].c, 20);
+    auto back = deserialize_plan(serialize_plan(plan));
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    EXPECT_EQ(find_step(*back, "cat")->kind, StepKind::kConcat);
+  }
+}
+
+TEST(LowerConcat, OtherAxesAndMismatchedPlansAreRefused) {
+  // Two images stacked: [N, 4, 16, 8].
+  Graph rows = fire_module();
+  rows.nodes = {rows.nodes[0], Node{"cat", OpType::kConcat, {"s", "s"}, {"c"}, AxisAttrs{2}}, rows.nodes[4],
+                rows.nodes[5], rows.nodes[6]};
+  rows.initializers["fc.w"] = normal_tensor(Shape{10, 4}, 36, 0.3f);
+  ASSERT_TRUE(rows.infer_shapes().is_ok());
+  auto r = lower(rows, Precision::kFp32);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("'cat'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("axis 2"), std::string::npos) << r.status().message();
+
+  auto plan = lower(fire_module(), Precision::kFp32);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  const PlanStep* cat = find_step(*plan, "cat");
+  Plan short_output = *plan;
+  short_output.values[cat->output].c = short_output.values[cat->output].c_valid = 19;  // one channel short
+  Status s = short_output.validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidFile);
+  EXPECT_NE(s.message().find("'cat'"), std::string::npos) << s.message();
+  Plan other_size = *plan;
+  other_size.values[cat->inputs[1]].h = 4;
+  EXPECT_EQ(other_size.validate().code(), StatusCode::kInvalidFile);
 }
 
 }  // namespace
