@@ -252,17 +252,18 @@ class Interpreter {
     }
   }
 
-  // Each pixel of y holds the inputs' channels one after another.
+  // Each pixel of y holds the inputs' valid channels one after another.
   void concat_step(const PlanStep& s) {
     const PlanValue& y = plan_.values[s.output];
     auto& out = alloc(s.output);
     const int64_t pixels = batch_ * y.h * y.w;
     int64_t first = 0;
     for (int in : s.inputs) {
-      const int64_t c = plan_.values[in].c;
+      const int64_t c = plan_.values[in].c, valid = plan_.values[in].c_valid;
       const std::vector<float>& x = v_[in];
-      for (int64_t p = 0; p < pixels; ++p) std::copy_n(x.begin() + p * c, c, out.begin() + p * y.c + first);
-      first += c;
+      for (int64_t p = 0; p < pixels; ++p)
+        std::copy_n(x.begin() + p * c, valid, out.begin() + p * y.c + first);
+      first += valid;
     }
   }
 

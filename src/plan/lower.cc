@@ -128,6 +128,31 @@ std::optional<StemRewrite> stem_space_to_depth(const Graph& graph, const BuildOp
 
 namespace {
 
+// The ops lower_node turns into plan steps or views; every other op is refused.
+bool has_gpu_step(OpType op) {
+  switch (op) {
+    case OpType::kConv:
+    case OpType::kGemm:
+    case OpType::kMaxPool:
+    case OpType::kAveragePool:
+    case OpType::kGlobalAveragePool:
+    case OpType::kRelu:
+    case OpType::kClip:
+    case OpType::kAdd:
+    case OpType::kMul:
+    case OpType::kSigmoid:
+    case OpType::kHardSigmoid:
+    case OpType::kHardSwish:
+    case OpType::kSoftmax:
+    case OpType::kConcat:
+    case OpType::kFlatten:
+    case OpType::kReshape:
+    case OpType::kIdentity:
+    case OpType::kDropout: return true;
+    default: return false;
+  }
+}
+
 struct Lowering {
   Lowering(const Graph& g, const BuildOptions& o) : graph(g), options(o), dtype(storage_dtype(o.precision)) {}
   const Graph& graph;
@@ -314,12 +339,14 @@ struct Lowering {
     const auto& a = node.attr<GemmAttrs>();
     const PlanValue xin = plan.values[x];
     if (a.trans_a) return unsupported(node, "transA = 1");
-    // A flattened HxWxC input (a spatial view) is read in its NHWC order: feature (y * W + x) * C + c
-    // of the plan holds ONNX's feature c * H * W + y * W + x.
+    // A flattened HxWxC input (a spatial view) is read in its NHWC layout: plan feature
+    // (y * W + x) * C + c holds ONNX's feature c * H * W + y * W + x, and a padding channel
+    // (c >= C valid) gets zero weights.
     const bool spatial = spatial_views.contains(node.input(0));
-    if ((!spatial && (xin.h != 1 || xin.w != 1)) || xin.c != xin.c_valid)
+    if (!spatial && (xin.h != 1 || xin.w != 1 || xin.c != xin.c_valid))
       return unsupported(node, "its input is not a flat [N, features] tensor");
-    const int64_t features = xin.h * xin.w * xin.c;
+    const int64_t pixels = xin.h * xin.w;
+    const int64_t features = pixels * xin.c_valid;  // ONNX's
     const Tensor* b = graph.initializer(node.input(1));
     if (!b || b->dtype() != DataType::kFloat32 || b->shape().rank() != 2)
       return unsupported(node, "B is not a constant float matrix");
@@ -328,17 +355,19 @@ struct Lowering {
     if (in != features)
       return unsupported(node,
                          fmt::format("B {} does not take {} features", b->shape().to_string(), features));
-    const int64_t pixels = xin.h * xin.w;
-    std::vector<float> wt(static_cast<size_t>(out * in));
+    const int64_t stored = pixels * xin.c;  // the plan's, padding included
+    std::vector<float> wt(static_cast<size_t>(out * stored), 0.0f);
     const auto src = b->f32();
     for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i) {
-        const int64_t to = i % xin.c * pixels + i / xin.c;  // the ONNX feature of plan feature i
-        wt[o * in + i] = a.alpha * (a.trans_b ? src[o * in + to] : src[to * out + o]);
+      for (int64_t i = 0; i < stored; ++i) {
+        const int64_t channel = i % xin.c, pixel = i / xin.c;
+        if (channel >= xin.c_valid) continue;
+        const int64_t from = channel * pixels + pixel;  // ONNX's feature
+        wt[o * stored + i] = a.alpha * (a.trans_b ? src[o * in + from] : src[from * out + o]);
       }
     PlanStep st = step(StepKind::kGemm, node);
     st.inputs = {x};
-    st.weight = add_weight(node.input(1), Shape{out, in}, wt);
+    st.weight = add_weight(node.input(1), Shape{out, stored}, wt);
     if (node.has_input(2)) {
       const Tensor* c = graph.initializer(node.input(2));
       if (!c || c->dtype() != DataType::kFloat32 || c->numel() != out)
@@ -415,10 +444,7 @@ struct Lowering {
     PlanStep st = step(StepKind::kConcat, node);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, i));
-      const PlanValue& v = plan.values[x];
-      if (v.c != v.c_valid)
-        return unsupported(node, fmt::format("input '{}' has padded channels", node.inputs[i]));
-      st.inputs.push_back(x);
+      st.inputs.push_back(x);  // a padded input contributes its valid channels
     }
     GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
     plan.steps.push_back(std::move(st));
@@ -428,12 +454,13 @@ struct Lowering {
   Status lower_node(const Node& node) {
     const bool view_reader = node.op == OpType::kFlatten || node.op == OpType::kReshape ||
                              node.op == OpType::kIdentity || node.op == OpType::kDropout;
-    for (size_t i = 0; i < node.inputs.size(); ++i)
+    // (An op without a GPU step is refused as such below, which says more.)
+    for (size_t i = 0; i < node.inputs.size() && has_gpu_step(node.op); ++i)
       if (spatial_views.contains(node.inputs[i]) && !view_reader && !(node.op == OpType::kGemm && i == 0))
-        return unsupported(node,
-                           fmt::format("it reads '{}', a tensor of more than one pixel flattened to [N, "
-                                       "features], which on the GPU only a Gemm may read",
-                                       node.inputs[i]));
+        return unsupported(node, fmt::format("it reads '{}', a flattened tensor that the plan keeps in NHWC "
+                                             "layout (more than one pixel, or padded channels), which on the "
+                                             "GPU only a Gemm may read",
+                                             node.inputs[i]));
     switch (node.op) {
       case OpType::kConv: return lower_conv(node);
       case OpType::kGemm: return lower_gemm(node);
@@ -504,16 +531,16 @@ struct Lowering {
         const auto& v = plan.values[x];
         const ValueInfo* out = graph.value(node.outputs[0]);
         const bool identity = node.op == OpType::kIdentity || node.op == OpType::kDropout;
-        const bool to_flat =
-            out && out->shape.rank() == 2 && out->shape[1] == v.h * v.w * v.c && v.c == v.c_valid;
+        const bool to_flat = out && out->shape.rank() == 2 && out->shape[1] == v.h * v.w * v.c_valid;
         // NHWC and NCHW hold a 1x1 spatial tensor in the same order, so a flatten is a view. A
-        // larger one (VGG's 7x7x512) keeps its NHWC order: a spatial view, which only a Gemm may
-        // read, with its weight's columns permuted to match (lower_gemm).
+        // larger one (VGG's 7x7x512), or one with padded channels, keeps its NHWC layout: a
+        // spatial view, which only a Gemm may read, with its weight's columns permuted to match
+        // (lower_gemm).
         if (!identity && !to_flat)
           return unsupported(node, fmt::format("a reshape of [{}x{}x{}] (HxWxC) to {}; the GPU engine only "
                                                "flattens to [N, features]",
                                                v.h, v.w, v.c_valid, out ? out->shape.to_string() : "?"));
-        if ((!identity && (v.h > 1 || v.w > 1)) || spatial_views.contains(node.input(0)))
+        if ((!identity && (v.h > 1 || v.w > 1 || v.c != v.c_valid)) || spatial_views.contains(node.input(0)))
           spatial_views.insert(node.outputs[0]);
         value_of[node.outputs[0]] = x;
         return Status::ok();

@@ -138,12 +138,12 @@ Status Plan::validate() const {
       default: break;
     }
     if (s.kind == StepKind::kConcat) {
-      // Each input's channels are copied into a slice of y's: they must add up to y's.
+      // Each input's valid channels are copied into a slice of y's: they must add up to y's.
       int64_t channels = 0;
       for (int in : s.inputs) {
         const PlanValue &x = values[in], &y = values[s.output];
-        channels += x.c;
-        if (x.h != y.h || x.w != y.w || x.c != x.c_valid || x.dtype != y.dtype)
+        channels += x.c_valid;
+        if (x.h != y.h || x.w != y.w || x.dtype != y.dtype)
           return bad(fmt::format("step {} '{}' (concat) reads value '{}' of another size or type", i, s.name,
                                  x.name));
       }

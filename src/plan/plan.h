@@ -85,7 +85,7 @@ enum class StepKind : uint8_t {
   kStem,
   kMul,        // inputs {a, b}; y = a * b, b as kAdd's (squeeze-and-excitation scales, x * sigmoid(x))
   kPointwise,  // inputs {x}; y = PlanStep::pointwise(x)
-  // inputs {x1, x2, ...} of one pixel size and type, unpadded; y holds their channels side by side
+  // inputs {x1, x2, ...} of one pixel size and type; y holds their valid channels side by side
   // (ONNX Concat on axis 1: SqueezeNet's fire modules, GoogLeNet/Inception's branches)
   kConcat,
 };

@@ -403,16 +403,18 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
         break;
       }
       case StepKind::kConcat: {
-        // One strided copy per input into its slice of each output pixel's channels.
+        // One strided copy per input (its valid channels) into its slice of each output pixel's
+        // channels.
         const PlanValue& y = plan.values[step.output];
         const size_t element = dtype_size(y.dtype);
         size_t first = 0;
         for (int in : step.inputs) {
-          const size_t row = static_cast<size_t>(plan.values[in].c) * element;
-          const cudaError_t copied =
-              cudaMemcpy2DAsync(static_cast<char*>(value_ptr(step.output)) + first,
-                                static_cast<size_t>(y.c) * element, value_ptr(in), row, row,
-                                static_cast<size_t>(batch * y.h * y.w), cudaMemcpyDeviceToDevice, stream);
+          const PlanValue& x = plan.values[in];
+          const size_t row = static_cast<size_t>(x.c_valid) * element;  // without x's channel padding
+          const cudaError_t copied = cudaMemcpy2DAsync(
+              static_cast<char*>(value_ptr(step.output)) + first, static_cast<size_t>(y.c) * element,
+              value_ptr(in), static_cast<size_t>(x.c) * element, row, static_cast<size_t>(batch * y.h * y.w),
+              cudaMemcpyDeviceToDevice, stream);
           if (copied != cudaSuccess) {
             status = Status::device_error(
                 fmt::format("{}: cudaMemcpy2DAsync: {}", step.name, cudaGetErrorString(copied)));

@@ -258,6 +258,19 @@ TEST(EngineGpu, ConcatOfTwoConvolutionsChannels) {
   check_graph_all_precisions(b.finish(16, 10), Shape{3, 16, 12, 12}, "fire module concat");
 }
 
+// A Concat whose first input is the pooled image, whose 3 channels the plan pads (to 4 or 8): only
+// the valid channels are copied.
+TEST(EngineGpu, ConcatOfAPaddedInput) {
+  SKIP_WITHOUT_GPU();
+  GraphBuilder b(3, 16, 16);
+  const std::string pooled = b.pool(OpType::kMaxPool, 2, 2, 0);
+  b.last = "input";
+  const std::string conv = b.conv(3, 13, 2, 2, 0, 1, Activation::kRelu);
+  b.simple(OpType::kConcat, AxisAttrs{1}, {pooled, conv});
+  b.conv(16, 16, 3, 1, 1, 1, Activation::kRelu);
+  check_graph_all_precisions(b.finish(16, 10), Shape{2, 3, 16, 16}, "concat of a padded input");
+}
+
 // VGG/AlexNet's head: a Flatten of a multi-pixel tensor (4x4x16 here) read by a Gemm in the
 // plan's NHWC order, with the weight's columns permuted at build; then Relu and a second Gemm.
 TEST(EngineGpu, GemmOverAFlattenedMultiPixelTensor) {

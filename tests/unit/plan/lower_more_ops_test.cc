@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,16 +30,22 @@ Node conv(std::string name, std::string in, std::string w, std::string out, int6
   return Node{std::move(name), OpType::kConv, {std::move(in), std::move(w)}, {std::move(out)}, a};
 }
 
+// A graph named `name` whose input is [N, 3, 8, 8].
+Graph image_graph(std::string name) {
+  Graph g;
+  g.name = std::move(name);
+  g.inputs = {"input"};
+  g.values["input"] = ValueInfo{DataType::kFloat32, Shape{Shape::kBatch, 3, 8, 8}, std::nullopt};
+  return g;
+}
+
 // input [N,3,8,8] -> conv 3x3 (16) relu -> HardSwish = h
 //   squeeze-and-excitation: GAP(h) -> conv 1x1 (4) relu -> conv 1x1 (16) = e -> HardSigmoid = s
 //   Mul(s, h) (the scale first, as torchvision writes it) = m
 //   SiLU: Mul(m, Sigmoid(m)) = silu;  Add(silu, e) (broadcast second) = a
 // -> GAP -> Flatten -> Gemm (10) -> Softmax over the classes.
 Graph se_classifier() {
-  Graph g;
-  g.name = "se";
-  g.inputs = {"input"};
-  g.values["input"] = ValueInfo{DataType::kFloat32, Shape{Shape::kBatch, 3, 8, 8}, std::nullopt};
+  Graph g = image_graph("se");
   g.initializers["w1"] = normal_tensor(Shape{16, 3, 3, 3}, 1, 0.4f);
   g.initializers["fc1.w"] = normal_tensor(Shape{4, 16, 1, 1}, 2, 0.5f);
   g.initializers["fc2.w"] = normal_tensor(Shape{16, 4, 1, 1}, 3, 0.8f);
@@ -109,6 +116,19 @@ std::vector<float> interpret_like_reference(const Graph& g, Precision precision,
   EXPECT_LE(e.rel_l2, bound) << precision_name(precision);
   EXPECT_EQ(e.non_finite, 0) << precision_name(precision);
   return std::move(got).value();
+}
+
+// `g` lowered and interpreted in FP32 and FP16 at batch 2 against the reference backend; `check`
+// looks at each plan.
+void check_fp32_and_fp16(const Graph& g, uint32_t seed, const std::function<void(const Plan&)>& check) {
+  const Reference ref = reference_run(g, 2, seed);
+  for (const auto& [precision, bound] :
+       {std::pair{Precision::kFp32, 1e-6}, std::pair{Precision::kFp16, 5e-3}}) {
+    SCOPED_TRACE(precision_name(precision));
+    Plan plan;
+    EXPECT_FALSE(interpret_like_reference(g, precision, ref, 2, bound, plan).empty());
+    check(plan);
+  }
 }
 
 TEST(LowerPointwise, StepsOfASqueezeExcitationClassifier) {
@@ -226,10 +246,7 @@ TEST(LowerPointwise, ValidationRefusesMismatchedElementwiseInputs) {
 // input [N,3,8,8] -> conv 3x3 (8) relu -> maxpool 2x2 -> Flatten [N, 128] (4x4x8: the plan keeps
 // NHWC order) -> Gemm (32, transB) -> Relu -> Dropout -> Gemm (10, B not transposed).
 Graph vgg_like(bool relu_before_gemm = false) {
-  Graph g;
-  g.name = "vgg";
-  g.inputs = {"input"};
-  g.values["input"] = ValueInfo{DataType::kFloat32, Shape{Shape::kBatch, 3, 8, 8}, std::nullopt};
+  Graph g = image_graph("vgg");
   g.initializers["w1"] = normal_tensor(Shape{8, 3, 3, 3}, 11, 0.4f);
   g.initializers["fc1.w"] = normal_tensor(Shape{32, 128}, 12, 0.1f);
   g.initializers["fc1.b"] = normal_tensor(Shape{32}, 13, 0.1f);
@@ -258,17 +275,33 @@ Graph vgg_like(bool relu_before_gemm = false) {
 
 TEST(LowerFlatten, GemmReadsAFlattenedMultiPixelTensorInItsNhwcOrder) {
   const Graph g = vgg_like();
-  const Reference ref = reference_run(g, 2, 21);
-  for (const auto& [precision, bound] :
-       {std::pair{Precision::kFp32, 1e-6}, std::pair{Precision::kFp16, 5e-3}}) {
-    Plan plan;
-    EXPECT_FALSE(interpret_like_reference(g, precision, ref, 2, bound, plan).empty());
+  check_fp32_and_fp16(g, 21, [](const Plan& plan) {
     const PlanStep* fc1 = find_step(plan, "fc1");
     ASSERT_NE(fc1, nullptr);
     const PlanValue& x = plan.values[fc1->inputs[0]];
     EXPECT_EQ(x.h * x.w, 16) << "the pooled 4x4x8 value itself, not a copy";
     EXPECT_EQ(plan.weights[fc1->weight].shape, (Shape{32, 128}));
-  }
+  });
+}
+
+// GlobalAveragePool of the image itself keeps the input's channel padding (3 of 4 in FP32, of 8
+// in FP16): the Gemm after the Flatten gets zero weights for the padding.
+TEST(LowerFlatten, GemmOverPaddedChannels) {
+  Graph g = image_graph("padded");
+  g.initializers["fc.w"] = normal_tensor(Shape{3, 10}, 51, 0.5f);
+  g.initializers["fc.b"] = normal_tensor(Shape{10}, 52, 0.1f);
+  g.nodes = {Node{"gap", OpType::kGlobalAveragePool, {"input"}, {"p"}, {}},
+             Node{"flat", OpType::kFlatten, {"p"}, {"f"}, FlattenAttrs{1}},
+             Node{"fc", OpType::kGemm, {"f", "fc.w", "fc.b"}, {"logits"}, GemmAttrs{}}};
+  g.outputs = {"logits"};
+  ASSERT_TRUE(g.infer_shapes().is_ok());
+  check_fp32_and_fp16(g, 53, [](const Plan& plan) {
+    const PlanStep* fc = find_step(plan, "fc");
+    ASSERT_NE(fc, nullptr);
+    const int64_t stored = plan.values[fc->inputs[0]].c;
+    EXPECT_GT(stored, 3);
+    EXPECT_EQ(plan.weights[fc->weight].shape, (Shape{10, stored}));
+  });
 }
 
 TEST(LowerFlatten, OnlyAGemmMayReadTheFlattenedTensor) {
@@ -290,10 +323,7 @@ TEST(LowerFlatten, OnlyAGemmMayReadTheFlattenedTensor) {
 // A fire module: squeeze 1x1 (4) -> expand 1x1 (8) and expand 3x3 (12), concatenated to 20
 // channels -> GAP -> Flatten -> Gemm (10).
 Graph fire_module() {
-  Graph g;
-  g.name = "fire";
-  g.inputs = {"input"};
-  g.values["input"] = ValueInfo{DataType::kFloat32, Shape{Shape::kBatch, 3, 8, 8}, std::nullopt};
+  Graph g = image_graph("fire");
   g.initializers["squeeze.w"] = normal_tensor(Shape{4, 3, 1, 1}, 31, 0.5f);
   g.initializers["e1.w"] = normal_tensor(Shape{8, 4, 1, 1}, 32, 0.5f);
   g.initializers["e3.w"] = normal_tensor(Shape{12, 4, 3, 3}, 33, 0.3f);
@@ -314,11 +344,7 @@ Graph fire_module() {
 
 TEST(LowerConcat, FireModuleInterpretsLikeTheReference) {
   const Graph g = fire_module();
-  const Reference ref = reference_run(g, 2, 35);
-  for (const auto& [precision, bound] :
-       {std::pair{Precision::kFp32, 1e-6}, std::pair{Precision::kFp16, 5e-3}}) {
-    Plan plan;
-    EXPECT_FALSE(interpret_like_reference(g, precision, ref, 2, bound, plan).empty());
+  check_fp32_and_fp16(g, 35, [](const Plan& plan) {
     const PlanStep* cat = find_step(plan, "cat");
     ASSERT_NE(cat, nullptr);
     EXPECT_EQ(cat->kind, StepKind::kConcat);
@@ -327,7 +353,38 @@ TEST(LowerConcat, FireModuleInterpretsLikeTheReference) {
     auto back = deserialize_plan(serialize_plan(plan));
     ASSERT_TRUE(back.is_ok()) << back.status().to_string();
     EXPECT_EQ(find_step(*back, "cat")->kind, StepKind::kConcat);
-  }
+  });
+}
+
+// The image itself (3 channels, padded in the plan to 4 in FP32 and 8 in FP16) pooled and joined
+// with a strided convolution's 5 channels: the concatenation holds 3 + 5 channels, no padding.
+TEST(LowerConcat, PaddedInputContributesItsValidChannels) {
+  Graph g = image_graph("padded");
+  g.initializers["w"] = normal_tensor(Shape{5, 3, 2, 2}, 41, 0.5f);
+  g.initializers["fc.w"] = normal_tensor(Shape{10, 8}, 42, 0.3f);
+  ConvAttrs a;
+  a.kernel = {2, 2};
+  a.stride = {2, 2};
+  a.activation = Activation::kRelu;
+  PoolAttrs pool;
+  pool.kernel = {2, 2};
+  pool.stride = {2, 2};
+  GemmAttrs t;
+  t.trans_b = true;
+  g.nodes = {Node{"pool", OpType::kMaxPool, {"input"}, {"p"}, pool},
+             Node{"conv", OpType::kConv, {"input", "w"}, {"c"}, a},
+             Node{"cat", OpType::kConcat, {"p", "c"}, {"j"}, AxisAttrs{1}},
+             Node{"gap", OpType::kGlobalAveragePool, {"j"}, {"q"}, {}},
+             Node{"flat", OpType::kFlatten, {"q"}, {"f"}, FlattenAttrs{1}},
+             Node{"fc", OpType::kGemm, {"f", "fc.w"}, {"logits"}, t}};
+  g.outputs = {"logits"};
+  ASSERT_TRUE(g.infer_shapes().is_ok());
+  check_fp32_and_fp16(g, 43, [](const Plan& plan) {
+    const PlanStep* cat = find_step(plan, "cat");
+    ASSERT_NE(cat, nullptr);
+    EXPECT_GT(plan.values[cat->inputs[0]].c, 3) << "the pooled image keeps the input's padding";
+    EXPECT_EQ(plan.values[cat->output].c, 8);
+  });
 }
 
 TEST(LowerConcat, OtherAxesAndMismatchedPlansAreRefused) {
