@@ -1,7 +1,9 @@
 // gpulab inspect: the graph of an ONNX model before and after the passes, with per-node output
-// shape, parameter count, FLOPs and bytes at a chosen batch size, and totals.
+// shape, parameter count, FLOPs and bytes at a chosen batch size, and totals; and whether the GPU
+// engine can build a plan for it (lowering is CPU work: the answer needs no GPU).
 #include <fmt/format.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -11,6 +13,9 @@
 #include "graph/cost.h"
 #include "onnx/onnx_import.h"
 #include "passes/passes.h"
+#if defined(GPULAB_HAVE_PLAN)
+#include "plan/lower.h"
+#endif
 
 namespace gpulab::cli {
 namespace {
@@ -108,6 +113,33 @@ nlohmann::json values_json(const Graph& graph, const std::vector<std::string>& n
   return list;
 }
 
+// Whether lower_graph takes the optimized graph: an FP32 plan's steps by kind, or why not. The
+// plan format is the same for every precision; FP32 lowers the graph as it is.
+struct GpuVerdict {
+  bool known = false;  // false in a build without the plan library
+  bool supported = false;
+  std::string reason;
+  std::map<std::string, int> steps;  // kind name -> count
+};
+
+GpuVerdict gpu_verdict([[maybe_unused]] const Graph& optimized) {
+  GpuVerdict v;
+#if defined(GPULAB_HAVE_PLAN)
+  v.known = true;
+  BuildOptions options;
+  options.precision = Precision::kFp32;
+  options.max_batch = 1;
+  auto plan = lower_graph(optimized, options);
+  v.supported = plan.is_ok();
+  if (!plan.is_ok()) {
+    v.reason = plan.status().message();
+    return v;
+  }
+  for (const PlanStep& s : plan->steps) ++v.steps[std::string(step_kind_name(s.kind))];
+#endif
+  return v;
+}
+
 int run_inspect(const InspectOptions& opt) {
   if (opt.batch < 1) {
     return report(Status::invalid_argument("inspect: --batch " + std::to_string(opt.batch) +
@@ -131,7 +163,14 @@ int run_inspect(const InspectOptions& opt) {
                         {"outputs", values_json(imported, imported.outputs)},
                         {"metadata", imported.metadata},
                         {"imported", graph_json(imported, opt.batch)}};
-    if (!opt.no_passes) j["optimized"] = graph_json(optimized, opt.batch);
+    if (!opt.no_passes) {
+      j["optimized"] = graph_json(optimized, opt.batch);
+      if (const GpuVerdict v = gpu_verdict(optimized); v.known) {
+        j["gpu_engine"] = {{"supported", v.supported}};
+        if (v.supported) j["gpu_engine"]["steps"] = v.steps;
+        if (!v.supported) j["gpu_engine"]["reason"] = v.reason;
+      }
+    }
     fmt::print("{}\n", j.dump(1));
     return 0;
   }
@@ -145,7 +184,17 @@ int run_inspect(const InspectOptions& opt) {
     fmt::print("output: {} {} {}\n", n, v ? v->shape.to_string() : "?", v ? dtype_name(v->dtype) : "?");
   }
   print_graph("as imported", imported, opt.batch);
-  if (!opt.no_passes) print_graph("after passes", optimized, opt.batch);
+  if (!opt.no_passes) {
+    print_graph("after passes", optimized, opt.batch);
+    if (const GpuVerdict v = gpu_verdict(optimized); v.known && v.supported) {
+      std::string kinds;
+      for (const auto& [kind, count] : v.steps)
+        kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", count, kind);
+      fmt::print("\nGPU engine: supported ({})\n", kinds);
+    } else if (v.known) {
+      fmt::print("\nGPU engine: not supported: {}\n", v.reason);
+    }
+  }
   return 0;
 }
 

@@ -4,9 +4,11 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "onnx_model_builder.h"
 #include "test_support.h"
 
 namespace gpulab {
@@ -42,10 +44,45 @@ TEST(InspectCli, MobileNetV2Json) {
   EXPECT_GT(gflop, 1.1);  // about 0.6 GFLOP per image (300 M multiply-adds), times 2 images
   EXPECT_LT(gflop, 1.4);
 
+  // The GPU engine's plan: 52 convolutions and the 1x1 classifier, the pooling, input and output.
+  ASSERT_TRUE(j.contains("gpu_engine")) << "the plan library is part of every build";
+  EXPECT_EQ(j["gpu_engine"]["supported"], true);
+  EXPECT_EQ(j["gpu_engine"]["steps"]["conv"], 53);
+
   const CliRun text = run_gpulab("inspect '" + model.string() + "' --no-passes");
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_THAT(text.output, ::testing::HasSubstr("as imported (100 nodes"));
   EXPECT_THAT(text.output, ::testing::Not(::testing::HasSubstr("after passes")));
+}
+
+// A model the reference backend runs but the GPU engine does not (MatMul): inspect says so and
+// why, naming the node, and still succeeds.
+TEST(InspectCli, SaysWhyTheGpuEngineCannotRunAModel) {
+  if (!fs::exists(gpulab::testing::gpulab_exe())) GTEST_SKIP() << "gpulab executable not built";
+  gpulab::testing::ModelBuilder m;
+  m.input("input", {-1, 3, 8, 8});
+  m.floats("proj", {3, 4});
+  m.node("GlobalAveragePool", "gap", {"input"}, {"g"});
+  m.node("Flatten", "flat", {"g"}, {"f"});
+  m.node("MatMul", "project", {"f", "proj"}, {"logits"});
+  m.output("logits");
+  const fs::path path =
+      fs::temp_directory_path() / ("gpulab_inspect_matmul_" + std::to_string(::getpid()) + ".onnx");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << m.bytes();
+  }
+  const CliRun r = run_gpulab("inspect '" + path.string() + "'");
+  const CliRun j = run_gpulab("inspect --json '" + path.string() + "'");
+  fs::remove(path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("GPU engine: not supported"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("'project' (MatMul)"));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  const auto json = nlohmann::json::parse(j.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(json.is_discarded());
+  EXPECT_EQ(json["gpu_engine"]["supported"], false);
+  EXPECT_THAT(json["gpu_engine"]["reason"].get<std::string>(), ::testing::HasSubstr("MatMul"));
 }
 
 TEST(InspectCli, MissingModelFailsWithOneLine) {
