@@ -53,7 +53,8 @@ std::string supported_ops_list() {
     if (!s.empty()) s += ", ";
     s += name;
   }
-  return s;
+  // Imported as other ops (onnx_import.cc): no OpType of their own.
+  return s + ", Pad (zeros, into the padding of a Conv or AveragePool), ReduceMean (over H and W)";
 }
 
 std::string_view activation_name(Activation a) {

@@ -2,6 +2,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -334,6 +335,10 @@ Result<Window> read_window(AttrReader& attrs, const std::string& where, std::opt
   return w;
 }
 
+Pads add_pads(const Pads& a, const Pads& b) {
+  return Pads{a.top + b.top, a.left + b.left, a.bottom + b.bottom, a.right + b.right};
+}
+
 // --- the model ---------------------------------------------------------------------------------
 
 class Importer {
@@ -353,6 +358,12 @@ class Importer {
   Status refuse_used_output(const onnx::NodeProto& n, int i, const std::string& where, const char* what);
   Status resolve_same_pads();
   Status check_old_softmax() const;
+  // Pad and ReduceMean have no node of their own (below).
+  Status convert_pad(const onnx::NodeProto& n, const std::string& name, const std::string& where,
+                     AttrReader& attrs);
+  Status convert_reduce_mean(const onnx::NodeProto& n, const std::string& name, const std::string& where,
+                             AttrReader& attrs);
+  Status check_reduce_means() const;
 
   ImportContext ctx_;
   Graph graph_;
@@ -362,6 +373,15 @@ class Importer {
     AutoPad mode;
   };
   std::vector<PendingPad> pending_pads_;
+  // A zero Pad of the spatial dimensions (PyTorch exports AvgPool2d that way) is folded into the
+  // padding of the Conv or AveragePool it feeds: its output name -> its input and pads.
+  struct FoldedPad {
+    std::string input;
+    Pads pads;
+    std::string where;
+  };
+  std::map<std::string, FoldedPad> folded_pads_;
+  std::vector<std::pair<size_t, std::string>> reduce_means_;  // GlobalAveragePool node, ReduceMean's where
 };
 
 Status Importer::read_opset(const onnx::ModelProto& model) {
@@ -482,14 +502,28 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
                                "domain): " +
                                supported_ops_list() + ".");
   }
+  if (n.output_size() < 1 || n.output(0).empty()) return Status::invalid_model(where + ": has no output.");
+  if (n.op_type() == "Pad" || n.op_type() == "ReduceMean") {
+    if (n.input_size() < 1 || n.input(0).empty())
+      return Status::invalid_model(where + ": input 0 is missing.");
+    AttrReader attrs(n, where);
+    return n.op_type() == "Pad" ? convert_pad(n, name, where, attrs)
+                                : convert_reduce_mean(n, name, where, attrs);
+  }
   const std::optional<OpType> op = op_from_name(n.op_type());
   if (!op) {
     return Status::unsupported(where + ": op '" + n.op_type() +
                                "' is not supported. Supported ops: " + supported_ops_list() + ".");
   }
-  if (n.output_size() < 1 || n.output(0).empty()) return Status::invalid_model(where + ": has no output.");
   AttrReader attrs(n, where);
   if (*op == OpType::kConstant) return convert_constant(n, where, attrs);
+  // A folded Pad's output may only be read where its padding can go.
+  for (int i = 0; i < n.input_size(); ++i) {
+    const auto it = folded_pads_.find(n.input(i));
+    if (it != folded_pads_.end() && !(i == 0 && (*op == OpType::kConv || *op == OpType::kAveragePool)))
+      return Status::unsupported(it->second.where + ": it feeds " + where +
+                                 "; gpulab folds a zero Pad into a following Conv or AveragePool only.");
+  }
 
   Node node;
   node.name = name;
@@ -513,6 +547,13 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
       a.pads = win.pads;
       a.dilation = win.dilation;
       GPULAB_ASSIGN_OR_RETURN(a.groups, attrs.get_int("group", 1));
+      if (const auto it = folded_pads_.find(n.input(0)); it != folded_pads_.end()) {
+        if (win.auto_pad == AutoPad::kSameUpper || win.auto_pad == AutoPad::kSameLower)
+          return Status::unsupported(it->second.where + ": it feeds " + where +
+                                     ", whose auto_pad SAME padding gpulab cannot combine with it.");
+        a.pads = add_pads(a.pads, it->second.pads);
+        node.inputs[0] = it->second.input;
+      }
       node.attrs = a;
       node.inputs.resize(std::min<size_t>(node.inputs.size(), 3));
       auto_pad = win.auto_pad;
@@ -538,6 +579,19 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
       } else {
         GPULAB_ASSIGN_OR_RETURN(int64_t cip, attrs.get_int("count_include_pad", 0));
         a.count_include_pad = cip != 0;
+        // Zeros a Pad added count in the average: the pool's own padding must count too, and
+        // ceil_mode windows would also cover pixels beyond both.
+        if (const auto it = folded_pads_.find(n.input(0)); it != folded_pads_.end()) {
+          const bool own_pads = a.pads.top || a.pads.left || a.pads.bottom || a.pads.right;
+          if ((own_pads && !a.count_include_pad) || a.ceil_mode || win.auto_pad == AutoPad::kSameUpper ||
+              win.auto_pad == AutoPad::kSameLower)
+            return Status::unsupported(
+                it->second.where + ": it feeds " + where +
+                ", whose own padding, ceil_mode or auto_pad it cannot be folded into.");
+          a.pads = add_pads(a.pads, it->second.pads);
+          a.count_include_pad = true;
+          node.inputs[0] = it->second.input;
+        }
       }
       node.attrs = a;
       auto_pad = win.auto_pad;
@@ -747,6 +801,90 @@ Status Importer::check_old_softmax() const {
   return Status::ok();
 }
 
+// Pad (mode "constant", value 0) of the two spatial dimensions of a 4-D tensor: no
+// node; the Conv or AveragePool that reads it takes the padding (convert_node).
+Status Importer::convert_pad(const onnx::NodeProto& n, const std::string& name, const std::string& where,
+                             AttrReader& attrs) {
+  (void)name;
+  GPULAB_ASSIGN_OR_RETURN(std::string mode, attrs.get_string("mode", "constant"));
+  if (mode != "constant")
+    return Status::unsupported(where + ": mode '" + mode +
+                               "' is not supported (only constant zero padding).");
+  // Opset 11 and later (what gpulab reads): pads, constant_value and axes are inputs.
+  if (n.input_size() < 2 || n.input(1).empty()) return Status::invalid_model(where + ": needs input pads.");
+  GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant_input(n, 1, where, "pads"));
+  if (t->dtype() != DataType::kInt64) return Status::invalid_model(where + ": pads must be int64.");
+  const std::vector<int64_t> pads(t->i64().begin(), t->i64().end());
+  float value = 0.0f;
+  if (n.input_size() > 2 && !n.input(2).empty()) {
+    GPULAB_ASSIGN_OR_RETURN(const Tensor* v, constant_input(n, 2, where, "constant_value"));
+    if (v->dtype() != DataType::kFloat32 || v->numel() != 1)
+      return Status::unsupported(where + ": constant_value must be one float.");
+    value = v->f32()[0];
+  }
+  if (n.input_size() > 3 && !n.input(3).empty())
+    return Status::unsupported(where + ": the axes input (opset 18) is not supported.");
+  GPULAB_TRY(attrs.check_all_read());
+  if (value != 0.0f)
+    return Status::unsupported(where + ": padding with " + std::to_string(value) +
+                               " is not supported (only zeros).");
+  // [n_begin, c_begin, h_begin, w_begin, n_end, c_end, h_end, w_end]
+  if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5] ||
+      std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p < 0 || p > (1 << 20); }))
+    return Status::unsupported(where +
+                               ": only non-negative padding of the height and width of a 4-D "
+                               "tensor is supported.");
+  if (std::find(graph_.outputs.begin(), graph_.outputs.end(), n.output(0)) != graph_.outputs.end())
+    return Status::unsupported(where + ": a Pad that gives the model's output is not supported.");
+  folded_pads_[n.output(0)] = {n.input(0), Pads{pads[2], pads[3], pads[6], pads[7]}, where};
+  return Status::ok();
+}
+
+// ReduceMean over the two spatial axes of a 4-D tensor (x.mean([2, 3]) in PyTorch): a
+// GlobalAveragePool, then a Flatten when keepdims is 0. The rank is checked after shape inference.
+Status Importer::convert_reduce_mean(const onnx::NodeProto& n, const std::string& name,
+                                     const std::string& where, AttrReader& attrs) {
+  GPULAB_ASSIGN_OR_RETURN(int64_t keepdims, attrs.get_int("keepdims", 1));
+  std::optional<std::vector<int64_t>> axes;
+  if (ctx_.opset < 18) {
+    GPULAB_ASSIGN_OR_RETURN(axes, attrs.get_ints("axes"));
+  } else {
+    GPULAB_ASSIGN_OR_RETURN(int64_t noop, attrs.get_int("noop_with_empty_axes", 0));
+    (void)noop;  // only matters without axes, which is refused below
+    if (n.input_size() > 1 && !n.input(1).empty()) {
+      GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant_input(n, 1, where, "axes"));
+      if (t->dtype() != DataType::kInt64) return Status::invalid_model(where + ": axes must be int64.");
+      axes = std::vector<int64_t>(t->i64().begin(), t->i64().end());
+    }
+  }
+  GPULAB_TRY(attrs.check_all_read());
+  std::vector<int64_t> spatial = axes ? *axes : std::vector<int64_t>{};
+  for (int64_t& a : spatial) a = a < 0 ? a + 4 : a;
+  std::sort(spatial.begin(), spatial.end());
+  if (spatial != std::vector<int64_t>{2, 3})
+    return Status::unsupported(where +
+                               ": only a ReduceMean over the spatial axes [2, 3] of an NCHW tensor is "
+                               "supported (a global average pool).");
+  const std::string pooled = keepdims ? n.output(0) : n.output(0) + "/global_average";
+  reduce_means_.push_back({graph_.nodes.size(), where});
+  graph_.nodes.push_back(Node{name, OpType::kGlobalAveragePool, {n.input(0)}, {pooled}, {}});
+  if (!keepdims)
+    graph_.nodes.push_back(
+        Node{name + "/flatten", OpType::kFlatten, {pooled}, {n.output(0)}, FlattenAttrs{1}});
+  return Status::ok();
+}
+
+Status Importer::check_reduce_means() const {
+  for (const auto& [index, where] : reduce_means_) {
+    const ValueInfo* in = graph_.value(graph_.nodes[index].inputs[0]);
+    if (!in || in->shape.rank() != 4)
+      return Status::unsupported(where + ": a ReduceMean over axes [2, 3] of " +
+                                 (in ? in->shape.to_string() : std::string("?")) +
+                                 "; only 4-D NCHW tensors are supported.");
+  }
+  return Status::ok();
+}
+
 Result<Graph> Importer::run(const onnx::ModelProto& model) {
   if (!model.has_graph() || model.graph().node_size() == 0) {
     return Status::invalid_model(
@@ -776,6 +914,7 @@ Result<Graph> Importer::run(const onnx::ModelProto& model) {
   GPULAB_TRY(resolve_same_pads());
   GPULAB_TRY(graph_.infer_shapes());
   GPULAB_TRY(check_old_softmax());
+  GPULAB_TRY(check_reduce_means());
   return std::move(graph_);
 }
 

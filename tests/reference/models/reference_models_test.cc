@@ -146,7 +146,8 @@ TEST_P(ReferenceModel, MatchesPyTorch) {
 
 std::vector<ModelCase> all_cases() {
   std::vector<ModelCase> cases;
-  for (const char* model : {"tiny_ops", "mobilenet_v2", "mobilenet_v3_small", "squeezenet1_1", "resnet18"})
+  for (const char* model :
+       {"tiny_ops", "tiny_pads", "mobilenet_v2", "mobilenet_v3_small", "squeezenet1_1", "resnet18"})
     for (int64_t batch : {1, 3})
       for (Variant v : {Variant::kNoPasses, Variant::kNoFuse, Variant::kAllPasses})
         cases.push_back({model, batch, v});

@@ -494,5 +494,138 @@ TEST(OnnxImportShared, MobileNetV2LoadsAndFuses) {
   EXPECT_EQ(g.value(g.outputs[0])->shape, (Shape{N, 1000}));
 }
 
+// --- Pad and ReduceMean: imported as other ops -------------------------------------------------
+
+// x [N,4,8,8] -> Pad(pads) -> `consumer` (built by the caller) -> y.
+ModelBuilder padded(const std::vector<int64_t>& pads, int64_t opset = 13) {
+  ModelBuilder m(opset);
+  m.input("x", {-1, 4, 8, 8});
+  m.ints("pads", {8}, pads);
+  m.node("Pad", "pad", {"x", "pads"}, {"p"});
+  m.output("y");
+  return m;
+}
+
+TEST(OnnxImportPad, ZeroPadFoldsIntoConvAndAveragePool) {
+  // [n_begin, c_begin, h_begin, w_begin, n_end, c_end, h_end, w_end]: top 1, left 2, bottom 3.
+  ModelBuilder m = padded({0, 0, 1, 2, 0, 0, 3, 0});
+  m.floats("w", {6, 4, 3, 3});
+  auto* conv = m.node("Conv", "conv", {"p", "w"}, {"y"});
+  set_ints(conv, "pads", {1, 1, 1, 1});
+  m.ints("pads2", {8}, {0, 0, 1, 1, 0, 0, 1, 1});
+  m.node("Pad", "pad2", {"x", "pads2"}, {"q"});
+  auto* pool = m.node("AveragePool", "pool", {"q"}, {"z"});
+  set_ints(pool, "kernel_shape", {3, 3});
+  m.output("z");
+  auto g = load(m.bytes());
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_EQ(g->nodes.size(), 2u) << "the Pads are folded, not nodes";
+  const Node& c = g->nodes[0];
+  EXPECT_EQ(c.inputs[0], "x");
+  const Pads& cp = c.attr<ConvAttrs>().pads;
+  EXPECT_EQ(cp.top, 2);
+  EXPECT_EQ(cp.left, 3);
+  EXPECT_EQ(cp.bottom, 4);
+  EXPECT_EQ(cp.right, 1);
+  EXPECT_EQ(g->value("y")->shape, (Shape{N, 6, 12, 10}));
+  const PoolAttrs& pa = g->nodes[1].attr<PoolAttrs>();
+  EXPECT_EQ(g->nodes[1].inputs[0], "x");
+  EXPECT_TRUE(pa.count_include_pad) << "the Pad's zeros count in the average";
+  EXPECT_EQ(pa.pads.top, 1);
+  EXPECT_EQ(pa.pads.right, 1);
+  EXPECT_EQ(g->value("z")->shape, (Shape{N, 4, 8, 8}));
+}
+
+TEST(OnnxImportPad, WhatCannotBeFoldedIsRefusedByName) {
+  const auto refused = [](ModelBuilder& m, const char* what) {
+    auto g = load(m.bytes());
+    ASSERT_FALSE(g.is_ok()) << what;
+    EXPECT_EQ(g.status().code(), StatusCode::kUnsupported) << what << ": " << g.status().to_string();
+    EXPECT_THAT(g.status().message(), HasSubstr("'pad' (Pad)")) << what;
+  };
+  {  // MaxPool pads with -inf, not zeros
+    ModelBuilder m = padded({0, 0, 1, 1, 0, 0, 1, 1});
+    set_ints(m.node("MaxPool", "pool", {"p"}, {"y"}), "kernel_shape", {3, 3});
+    refused(m, "maxpool");
+  }
+  {  // an elementwise reader
+    ModelBuilder m = padded({0, 0, 1, 1, 0, 0, 1, 1});
+    m.node("Relu", "relu", {"p"}, {"y"});
+    refused(m, "relu");
+  }
+  {  // channels padded
+    ModelBuilder m = padded({0, 1, 0, 0, 0, 0, 0, 0});
+    m.floats("w", {6, 5, 1, 1});
+    m.node("Conv", "conv", {"p", "w"}, {"y"});
+    refused(m, "channels");
+  }
+  {  // a non-zero value
+    ModelBuilder m = padded({0, 0, 1, 1, 0, 0, 1, 1});
+    m.g()->mutable_node(0)->add_input("v");
+    m.floats("v", {}, {1.0f});
+    m.floats("w", {6, 4, 1, 1});
+    m.node("Conv", "conv", {"p", "w"}, {"y"});
+    refused(m, "value 1");
+  }
+  {  // reflect mode
+    ModelBuilder m = padded({0, 0, 1, 1, 0, 0, 1, 1});
+    set_string(m.g()->mutable_node(0), "mode", "reflect");
+    m.floats("w", {6, 4, 1, 1});
+    m.node("Conv", "conv", {"p", "w"}, {"y"});
+    refused(m, "reflect");
+  }
+  {  // an AveragePool whose ceil_mode windows would cover more than the Pad
+    ModelBuilder m = padded({0, 0, 1, 1, 0, 0, 1, 1});
+    auto* pool = m.node("AveragePool", "pool", {"p"}, {"y"});
+    set_ints(pool, "kernel_shape", {3, 3});
+    set_ints(pool, "strides", {2, 2});
+    set_int(pool, "ceil_mode", 1);
+    refused(m, "ceil_mode");
+  }
+}
+
+TEST(OnnxImportReduceMean, SpatialMeanIsAGlobalAveragePool) {
+  for (const int64_t keepdims : {0, 1}) {
+    ModelBuilder m;
+    m.input("x", {-1, 4, 8, 8});
+    auto* r = m.node("ReduceMean", "mean", {"x"}, {"y"});
+    set_ints(r, "axes", {-1, 2});
+    set_int(r, "keepdims", keepdims);
+    m.output("y");
+    auto g = load(m.bytes());
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    EXPECT_EQ(g->nodes[0].op, OpType::kGlobalAveragePool);
+    EXPECT_EQ(g->nodes.size(), keepdims ? 1u : 2u);
+    EXPECT_EQ(g->value("y")->shape, keepdims ? (Shape{N, 4, 1, 1}) : (Shape{N, 4}));
+  }
+  {  // opset 18: axes is an input
+    ModelBuilder m(18);
+    m.input("x", {-1, 4, 8, 8});
+    m.ints("axes", {2}, {2, 3});
+    set_int(m.node("ReduceMean", "mean", {"x", "axes"}, {"y"}), "keepdims", 0);
+    m.output("y");
+    auto g = load(m.bytes());
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    EXPECT_EQ(g->value("y")->shape, (Shape{N, 4}));
+  }
+  {  // the channels: not a pool
+    ModelBuilder m;
+    m.input("x", {-1, 4, 8, 8});
+    set_ints(m.node("ReduceMean", "mean", {"x"}, {"y"}), "axes", {1});
+    m.output("y");
+    auto g = load(m.bytes());
+    ASSERT_FALSE(g.is_ok());
+    EXPECT_EQ(g.status().code(), StatusCode::kUnsupported);
+    EXPECT_THAT(g.status().message(), HasSubstr("'mean' (ReduceMean)"));
+  }
+  {  // axes [2, 3] of a 3-D tensor
+    ModelBuilder m;
+    m.input("x", {-1, 4, 8});
+    set_ints(m.node("ReduceMean", "mean", {"x"}, {"y"}), "axes", {1, 2});
+    m.output("y");
+    EXPECT_FALSE(load(m.bytes()).is_ok());
+  }
+}
+
 }  // namespace
 }  // namespace gpulab
