@@ -75,4 +75,39 @@ Status fold_batchnorm(Graph& graph) {
   return graph.infer_shapes();
 }
 
+Status batchnorm_to_conv(Graph& graph) {
+  for (Node& bn : graph.nodes) {
+    if (bn.op != OpType::kBatchNormalization) continue;
+    const ValueInfo* in = graph.value(bn.input(0));
+    if (!in || in->shape.rank() != 4 || in->shape[1] < 1) continue;
+    const int64_t c = in->shape[1];
+    const Tensor* scale = float_param(graph, bn.input(1), c);
+    const Tensor* beta = float_param(graph, bn.input(2), c);
+    const Tensor* mean = float_param(graph, bn.input(3), c);
+    const Tensor* var = float_param(graph, bn.input(4), c);
+    if (!scale || !beta || !mean || !var) continue;
+    const double eps = bn.attr<BatchNormAttrs>().epsilon;
+    Tensor w(DataType::kFloat32, Shape{c, 1, 1, 1});
+    Tensor b(DataType::kFloat32, Shape{c});
+    for (int64_t k = 0; k < c; ++k) {
+      const double a =
+          static_cast<double>(scale->f32()[k]) / std::sqrt(static_cast<double>(var->f32()[k]) + eps);
+      w.f32()[k] = static_cast<float>(a);
+      b.f32()[k] = static_cast<float>(beta->f32()[k] - mean->f32()[k] * a);
+    }
+    const std::string w_name = graph.unique_name(bn.name + "/as_conv_weight");
+    graph.initializers[w_name] = std::move(w);
+    const std::string b_name = graph.unique_name(bn.name + "/as_conv_bias");
+    graph.initializers[b_name] = std::move(b);
+    ConvAttrs a;
+    a.kernel = {1, 1};
+    a.groups = c;
+    bn.op = OpType::kConv;
+    bn.attrs = a;
+    bn.inputs = {bn.input(0), w_name, b_name};
+  }
+  graph.remove_dead_code();
+  return graph.infer_shapes();
+}
+
 }  // namespace gpulab

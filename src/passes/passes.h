@@ -26,6 +26,12 @@ Status fold_constants(Graph& graph);
 // A standalone BatchNormalization stays.
 Status fold_batchnorm(Graph& graph);
 
+// A BatchNormalization of a 4-D tensor left after fold_batchnorm (one not after a Conv, as in
+// DenseNet's pre-activation layers) becomes the same per-channel scale and shift as a 1x1
+// depthwise Conv (weights s/sqrt(var+eps), bias beta-mean*s/sqrt(var+eps), in double), which
+// fuse_conv_epilogue can give the Relu after it and the GPU engine runs as a convolution.
+Status batchnorm_to_conv(Graph& graph);
+
 // Canonicalizes the flatten in front of a Gemm: a Reshape to [N, -1] (or [0, -1], or any target
 // that keeps dimension 0 and makes the rest one) feeding a Gemm's A becomes Flatten(axis=1), and a
 // Flatten whose input is already rank 2 is removed. Backends then only see Flatten(axis=1) ->
@@ -41,7 +47,7 @@ Status fuse_conv_epilogue(Graph& graph);
 struct PassOptions {
   bool drop_identity = true;
   bool fold_constants = true;
-  bool fold_batchnorm = true;
+  bool fold_batchnorm = true;  // and batchnorm_to_conv
   bool fold_flatten = true;
   bool fuse = true;  // fuse_conv_epilogue
 };

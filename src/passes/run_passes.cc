@@ -40,6 +40,7 @@ Status run_passes(Graph& graph, const PassOptions& options) {
       {"drop_identity", options.drop_identity, drop_identity},
       {"fold_constants", options.fold_constants, fold_constants},
       {"fold_batchnorm", options.fold_batchnorm, fold_batchnorm},
+      {"batchnorm_to_conv", options.fold_batchnorm, batchnorm_to_conv},
       {"fold_flatten_into_gemm", options.fold_flatten, fold_flatten_into_gemm},
       {"fuse_conv_epilogue", options.fuse, fuse_conv_epilogue},
   };

@@ -244,6 +244,30 @@ TEST(EngineGpu, SqueezeExcitationPointwiseOpsAndSoftmax) {
   check_graph_all_precisions(graph, Shape{3, 8, 14, 14}, "squeeze-excitation + softmax");
 }
 
+// DenseNet's pre-activation: a BatchNormalization after an Add (no Conv to fold it into) becomes a
+// 1x1 depthwise convolution with the Relu fused (batchnorm_to_conv).
+TEST(EngineGpu, StandaloneBatchNormBeforeRelu) {
+  SKIP_WITHOUT_GPU();
+  GraphBuilder b(16, 10, 10);
+  const std::string c = b.conv(16, 16, 3, 1, 1, 1, Activation::kNone);
+  const std::string sum = b.simple(OpType::kAdd, std::monostate{}, {c, "input"});
+  const auto positive = [&](float base) {
+    const std::string n = b.name("bn");
+    Tensor t = random_tensor(Shape{16}, b.seed++, 0.2f);
+    for (float& v : t.f32()) v = base + std::abs(v);
+    b.g.initializers[n] = std::move(t);
+    return n;
+  };
+  const std::string scale = positive(0.5f), shift = b.weight(Shape{16}, 0.1f),
+                    mean = b.weight(Shape{16}, 0.1f), var = positive(0.5f);
+  b.simple(OpType::kBatchNormalization, BatchNormAttrs{}, {sum, scale, shift, mean, var});
+  b.simple(OpType::kRelu, std::monostate{}, {b.last});
+  b.conv(16, 16, 1, 1, 0, 1, Activation::kRelu);
+  Graph graph = b.finish(16, 10);
+  ASSERT_TRUE(run_passes(graph).is_ok());
+  check_graph_all_precisions(graph, Shape{2, 16, 10, 10}, "standalone batchnorm");
+}
+
 // SqueezeNet's fire module: a squeeze 1x1 and two expand convolutions (1x1 and 3x3) whose outputs
 // a Concat joins along the channels (one strided copy per input).
 TEST(EngineGpu, ConcatOfTwoConvolutionsChannels) {

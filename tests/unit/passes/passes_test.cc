@@ -178,6 +178,45 @@ TEST(FoldBatchnorm, StandaloneBnAndSharedConvOutputStay) {
   EXPECT_EQ(g.nodes.size(), 4u);
 }
 
+// --- batchnorm_to_conv ---------------------------------------------------------------------------
+
+TEST(BatchnormToConv, StandaloneBnBecomesADepthwiseConvWithTheSameScaleAndShift) {
+  const std::vector<float> scale{1.5f, 0.5f}, beta{0.1f, -0.2f}, mean{0.3f, 2.0f}, var{4.0f, 0.25f};
+  const float eps = 1e-3f;
+  Graph g = GraphBuilder()
+                .input("x", Shape{N, 2, 3, 3})
+                .weight("scale", Shape{2}, scale)
+                .weight("beta", Shape{2}, beta)
+                .weight("mean", Shape{2}, mean)
+                .weight("var", Shape{2}, var)
+                .node(OpType::kBatchNormalization, "bn", {"x", "scale", "beta", "mean", "var"}, {"b"},
+                      BatchNormAttrs{eps})
+                .node(OpType::kRelu, "relu", {"b"}, {"y"})
+                .output("y")
+                .build();
+  ASSERT_TRUE(g.infer_shapes().is_ok());
+  ASSERT_TRUE(batchnorm_to_conv(g).is_ok());
+  ASSERT_EQ(count_ops(g, OpType::kBatchNormalization), 0);
+  const Node& conv = g.nodes[0];
+  ASSERT_EQ(conv.op, OpType::kConv);
+  EXPECT_EQ(conv.attr<ConvAttrs>().groups, 2);
+  EXPECT_EQ(conv.attr<ConvAttrs>().kernel.h, 1);
+  const Tensor* w = g.initializer(conv.input(1));
+  const Tensor* b = g.initializer(conv.input(2));
+  ASSERT_TRUE(w && b);
+  EXPECT_EQ(w->shape(), (Shape{2, 1, 1, 1}));
+  for (int k = 0; k < 2; ++k) {  // same function of x: check on x = 1.7
+    const double x = 1.7;
+    const double want = scale[k] * (x - mean[k]) / std::sqrt(var[k] + eps) + beta[k];
+    EXPECT_NEAR(w->f32()[k] * x + b->f32()[k], want, 1e-6);
+  }
+  EXPECT_EQ(g.value("b")->shape, (Shape{N, 2, 3, 3}));
+  // The Relu after it fuses like a convolution's.
+  ASSERT_TRUE(fuse_conv_epilogue(g).is_ok());
+  EXPECT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].attr<ConvAttrs>().activation, Activation::kRelu);
+}
+
 // --- fold_flatten_into_gemm -----------------------------------------------------------------------
 
 TEST(FoldFlattenIntoGemm, ReshapeBeforeGemmBecomesFlatten) {
