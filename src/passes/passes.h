@@ -32,6 +32,11 @@ Status fold_batchnorm(Graph& graph);
 // fuse_conv_epilogue can give the Relu after it and the GPU engine runs as a convolution.
 Status batchnorm_to_conv(Graph& graph);
 
+// MatMul of a [N, K] activation by a constant float [K, M] matrix becomes a Gemm (how other
+// exporters write a dense layer); an Add of a constant vector of the M outputs after it, read by
+// nothing else, becomes the Gemm's C. Other MatMuls stay.
+Status matmul_to_gemm(Graph& graph);
+
 // Canonicalizes the flatten in front of a Gemm: a Reshape to [N, -1] (or [0, -1], or any target
 // that keeps dimension 0 and makes the rest one) feeding a Gemm's A becomes Flatten(axis=1), and a
 // Flatten whose input is already rank 2 is removed. Backends then only see Flatten(axis=1) ->
@@ -48,8 +53,8 @@ struct PassOptions {
   bool drop_identity = true;
   bool fold_constants = true;
   bool fold_batchnorm = true;  // and batchnorm_to_conv
-  bool fold_flatten = true;
-  bool fuse = true;  // fuse_conv_epilogue
+  bool fold_flatten = true;    // and matmul_to_gemm, before it
+  bool fuse = true;            // fuse_conv_epilogue
 };
 
 // Runs the enabled passes in the order above, logs (log_info) what each changed, removes dead

@@ -41,6 +41,7 @@ Status run_passes(Graph& graph, const PassOptions& options) {
       {"fold_constants", options.fold_constants, fold_constants},
       {"fold_batchnorm", options.fold_batchnorm, fold_batchnorm},
       {"batchnorm_to_conv", options.fold_batchnorm, batchnorm_to_conv},
+      {"matmul_to_gemm", options.fold_flatten, matmul_to_gemm},
       {"fold_flatten_into_gemm", options.fold_flatten, fold_flatten_into_gemm},
       {"fuse_conv_epilogue", options.fuse, fuse_conv_epilogue},
   };

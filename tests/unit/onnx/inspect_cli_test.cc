@@ -55,8 +55,8 @@ TEST(InspectCli, MobileNetV2Json) {
   EXPECT_THAT(text.output, ::testing::Not(::testing::HasSubstr("after passes")));
 }
 
-// A model the reference backend runs but the GPU engine does not (MatMul): inspect says so and
-// why, naming the node, and still succeeds.
+// A model the reference backend runs but the GPU engine does not (a Softmax before the classifier):
+// inspect says so and why, naming the node, and still succeeds.
 TEST(InspectCli, SaysWhyTheGpuEngineCannotRunAModel) {
   if (!fs::exists(gpulab::testing::gpulab_exe())) GTEST_SKIP() << "gpulab executable not built";
   gpulab::testing::ModelBuilder m;
@@ -64,10 +64,11 @@ TEST(InspectCli, SaysWhyTheGpuEngineCannotRunAModel) {
   m.floats("proj", {3, 4});
   m.node("GlobalAveragePool", "gap", {"input"}, {"g"});
   m.node("Flatten", "flat", {"g"}, {"f"});
-  m.node("MatMul", "project", {"f", "proj"}, {"logits"});
+  m.node("Softmax", "early", {"f"}, {"s"});
+  m.node("MatMul", "project", {"s", "proj"}, {"logits"});
   m.output("logits");
   const fs::path path =
-      fs::temp_directory_path() / ("gpulab_inspect_matmul_" + std::to_string(::getpid()) + ".onnx");
+      fs::temp_directory_path() / ("gpulab_inspect_softmax_" + std::to_string(::getpid()) + ".onnx");
   {
     std::ofstream out(path, std::ios::binary);
     out << m.bytes();
@@ -77,12 +78,12 @@ TEST(InspectCli, SaysWhyTheGpuEngineCannotRunAModel) {
   fs::remove(path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.out, ::testing::HasSubstr("GPU engine: not supported"));
-  EXPECT_THAT(r.out, ::testing::HasSubstr("'project' (MatMul)"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("'early' (Softmax)"));
   ASSERT_EQ(j.exit_code, 0) << j.output;
   const auto json = nlohmann::json::parse(j.out, nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(json.is_discarded());
   EXPECT_EQ(json["gpu_engine"]["supported"], false);
-  EXPECT_THAT(json["gpu_engine"]["reason"].get<std::string>(), ::testing::HasSubstr("MatMul"));
+  EXPECT_THAT(json["gpu_engine"]["reason"].get<std::string>(), ::testing::HasSubstr("Softmax"));
 }
 
 TEST(InspectCli, MissingModelFailsWithOneLine) {

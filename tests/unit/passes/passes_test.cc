@@ -217,6 +217,50 @@ TEST(BatchnormToConv, StandaloneBnBecomesADepthwiseConvWithTheSameScaleAndShift)
   EXPECT_EQ(g.nodes[0].attr<ConvAttrs>().activation, Activation::kRelu);
 }
 
+// --- matmul_to_gemm ------------------------------------------------------------------------------
+
+TEST(MatmulToGemm, ConstantMatmulAndItsBiasBecomeOneGemm) {
+  Graph g = GraphBuilder()
+                .input("x", Shape{N, 3})
+                .weight("w", Shape{3, 4})
+                .weight("b", Shape{1, 4}, {1, 2, 3, 4})
+                .node(OpType::kMatMul, "mm", {"x", "w"}, {"m"})
+                .node(OpType::kAdd, "add", {"b", "m"}, {"y"})
+                .output("y")
+                .build();
+  ASSERT_TRUE(matmul_to_gemm(g).is_ok());
+  ASSERT_EQ(g.nodes.size(), 1u);
+  const Node& gemm = g.nodes[0];
+  EXPECT_EQ(gemm.op, OpType::kGemm);
+  EXPECT_FALSE(gemm.attr<GemmAttrs>().trans_b);
+  EXPECT_EQ(gemm.outputs[0], "y");
+  const Tensor* c = g.initializer(gemm.input(2));
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->shape(), (Shape{4}));
+  EXPECT_EQ(c->f32()[3], 4.0f);
+  EXPECT_EQ(g.value("y")->shape, (Shape{N, 4}));
+}
+
+TEST(MatmulToGemm, ActivationTimesActivationAndSharedOutputsStay) {
+  Graph g = GraphBuilder()
+                .input("x", Shape{N, 3})
+                .input("z", Shape{3, 4})
+                .weight("w", Shape{3, 4})
+                .weight("b", Shape{4})
+                .node(OpType::kMatMul, "two_inputs", {"x", "z"}, {"p"})
+                .node(OpType::kMatMul, "mm", {"x", "w"}, {"m"})
+                .node(OpType::kAdd, "add", {"m", "b"}, {"y"})
+                .node(OpType::kRelu, "relu", {"m"}, {"r"})
+                .output("p")
+                .output("y")
+                .output("r")
+                .build();
+  ASSERT_TRUE(matmul_to_gemm(g).is_ok());
+  EXPECT_EQ(count_ops(g, OpType::kMatMul), 1);  // B is not a constant
+  EXPECT_EQ(count_ops(g, OpType::kGemm), 1);
+  EXPECT_EQ(count_ops(g, OpType::kAdd), 1) << "m is read twice: the Add stays";
+}
+
 // --- fold_flatten_into_gemm -----------------------------------------------------------------------
 
 TEST(FoldFlattenIntoGemm, ReshapeBeforeGemmBecomesFlatten) {
