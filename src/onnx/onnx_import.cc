@@ -836,7 +836,13 @@ Status Importer::convert_pad(const onnx::NodeProto& n, const std::string& name, 
                                "tensor is supported.");
   if (std::find(graph_.outputs.begin(), graph_.outputs.end(), n.output(0)) != graph_.outputs.end())
     return Status::unsupported(where + ": a Pad that gives the model's output is not supported.");
-  folded_pads_[n.output(0)] = {n.input(0), Pads{pads[2], pads[3], pads[6], pads[7]}, where};
+  FoldedPad pad{n.input(0), Pads{pads[2], pads[3], pads[6], pads[7]}, where};
+  // Pad of a Pad: one padding of both.
+  if (const auto inner = folded_pads_.find(n.input(0)); inner != folded_pads_.end()) {
+    pad.input = inner->second.input;
+    pad.pads = add_pads(pad.pads, inner->second.pads);
+  }
+  folded_pads_[n.output(0)] = pad;
   return Status::ok();
 }
 

@@ -536,6 +536,23 @@ TEST(OnnxImportPad, ZeroPadFoldsIntoConvAndAveragePool) {
   EXPECT_EQ(g->value("z")->shape, (Shape{N, 4, 8, 8}));
 }
 
+TEST(OnnxImportPad, PadOfAPadIsOnePadding) {
+  ModelBuilder m = padded({0, 0, 1, 0, 0, 0, 0, 0});
+  m.ints("more", {8}, {0, 0, 0, 2, 0, 0, 3, 0});
+  m.node("Pad", "pad2", {"p", "more"}, {"q"});
+  m.floats("w", {6, 4, 3, 3});
+  m.node("Conv", "conv", {"q", "w"}, {"y"});
+  auto g = load(m.bytes());
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_EQ(g->nodes.size(), 1u);
+  EXPECT_EQ(g->nodes[0].inputs[0], "x");
+  const Pads& p = g->nodes[0].attr<ConvAttrs>().pads;
+  EXPECT_EQ(p.top, 1);
+  EXPECT_EQ(p.left, 2);
+  EXPECT_EQ(p.bottom, 3);
+  EXPECT_EQ(p.right, 0);
+}
+
 TEST(OnnxImportPad, WhatCannotBeFoldedIsRefusedByName) {
   const auto refused = [](ModelBuilder& m, const char* what) {
     auto g = load(m.bytes());
