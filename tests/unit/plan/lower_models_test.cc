@@ -46,7 +46,9 @@ void check_model(const std::string& file, Precision precision = Precision::kFp32
   const auto requests = value_lifetimes(*back, 2);
   int64_t all = 0;
   for (const auto& r : requests) all += r.bytes;
-  if (all > (int64_t{1} << 20)) EXPECT_LT(plan_memory(requests).arena_bytes, all / 2);
+  if (all > (int64_t{1} << 20)) {
+    EXPECT_LT(plan_memory(requests).arena_bytes, all / 2);
+  }
 
   const int64_t batch = 2;
   Tensor input(DataType::kFloat32, Shape{batch, plan->input_channels, plan->input_h, plan->input_w});
