@@ -127,4 +127,15 @@ Status Graph::validate() const {
   return Status::ok();
 }
 
+bool softmax_over_classes(const Graph& graph, const Node& node) {
+  if (node.op != OpType::kSoftmax) return false;
+  const ValueInfo* in = graph.value(node.input(0));
+  if (!in) return false;
+  const auto& dims = in->shape.dims;
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  const int64_t axis = node.attr<AxisAttrs>().axis;
+  return rank >= 2 && (axis < 0 ? axis + rank : axis) == 1 &&
+         std::all_of(dims.begin() + 2, dims.end(), [](int64_t d) { return d == 1; });
+}
+
 }  // namespace gpulab

@@ -194,6 +194,11 @@ class Graph {
   Status infer_shapes();
 };
 
+// True when `node` is a Softmax over axis 1 of [N, C] or [N, C, 1, ..., 1]: a classifier's
+// probabilities over its classes (what classify prints as they are, and what the GPU engine runs
+// in its output step).
+bool softmax_over_classes(const Graph& graph, const Node& node);
+
 // Output shapes (and known int64 values) of one node, given its inputs' infos. Used by
 // Graph::infer_shapes and by backends that bind a concrete batch size.
 // `inputs[i]` is nullptr for an absent optional input.

@@ -359,8 +359,7 @@ class Importer {
   Status resolve_same_pads();
   Status check_old_softmax() const;
   // Pad and ReduceMean have no node of their own (below).
-  Status convert_pad(const onnx::NodeProto& n, const std::string& name, const std::string& where,
-                     AttrReader& attrs);
+  Status convert_pad(const onnx::NodeProto& n, const std::string& where, AttrReader& attrs);
   Status convert_reduce_mean(const onnx::NodeProto& n, const std::string& name, const std::string& where,
                              AttrReader& attrs);
   Status check_reduce_means() const;
@@ -507,8 +506,7 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
     if (n.input_size() < 1 || n.input(0).empty())
       return Status::invalid_model(where + ": input 0 is missing.");
     AttrReader attrs(n, where);
-    return n.op_type() == "Pad" ? convert_pad(n, name, where, attrs)
-                                : convert_reduce_mean(n, name, where, attrs);
+    return n.op_type() == "Pad" ? convert_pad(n, where, attrs) : convert_reduce_mean(n, name, where, attrs);
   }
   const std::optional<OpType> op = op_from_name(n.op_type());
   if (!op) {
@@ -803,9 +801,7 @@ Status Importer::check_old_softmax() const {
 
 // Pad (mode "constant", value 0) of the two spatial dimensions of a 4-D tensor: no
 // node; the Conv or AveragePool that reads it takes the padding (convert_node).
-Status Importer::convert_pad(const onnx::NodeProto& n, const std::string& name, const std::string& where,
-                             AttrReader& attrs) {
-  (void)name;
+Status Importer::convert_pad(const onnx::NodeProto& n, const std::string& where, AttrReader& attrs) {
   GPULAB_ASSIGN_OR_RETURN(std::string mode, attrs.get_string("mode", "constant"));
   if (mode != "constant")
     return Status::unsupported(where + ": mode '" + mode +

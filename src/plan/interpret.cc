@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/math.h"
 #include "plan/lower.h"
 
 namespace gpulab {
@@ -276,16 +277,13 @@ class Interpreter {
     return v;
   }
 
-  // Softmax over each row of [batch, classes], in float64 with the maximum subtracted.
+  // Softmax over each row of [batch, classes].
   void softmax_rows(std::vector<float>& logits) const {
     const size_t classes = static_cast<size_t>(plan_.num_classes);
     for (size_t row = 0; row < logits.size(); row += classes) {
-      const auto first = logits.begin() + static_cast<std::ptrdiff_t>(row);
-      const float max = *std::max_element(first, first + static_cast<std::ptrdiff_t>(classes));
-      double sum = 0;
-      for (size_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(logits[row + c]) - max);
-      for (size_t c = 0; c < classes; ++c)
-        logits[row + c] = static_cast<float>(std::exp(static_cast<double>(logits[row + c]) - max) / sum);
+      const std::span<float> r(logits.data() + row, classes);
+      const std::vector<float> p = softmax(r);
+      std::copy(p.begin(), p.end(), r.begin());
     }
   }
 

@@ -415,15 +415,12 @@ struct Lowering {
       return unsupported(node,
                          "a Softmax before the model's output (the GPU engine applies Softmax to "
                          "the output only)");
-    const ValueInfo* in = graph.value(node.input(0));
-    const int64_t rank = in ? in->shape.rank() : 0;
-    const int64_t axis =
-        node.attr<AxisAttrs>().axis < 0 ? node.attr<AxisAttrs>().axis + rank : node.attr<AxisAttrs>().axis;
-    const PlanValue& v = plan.values[x];
-    if (axis != 1 || v.h != 1 || v.w != 1)
+    if (!softmax_over_classes(graph, node)) {
+      const ValueInfo* in = graph.value(node.input(0));
       return unsupported(node, fmt::format("a Softmax over axis {} of {}; the GPU engine normalizes the "
                                            "classes of [N, classes] only",
                                            node.attr<AxisAttrs>().axis, in ? in->shape.to_string() : "?"));
+    }
     value_of[node.outputs[0]] = x;
     softmax_output = true;
     return Status::ok();

@@ -109,17 +109,7 @@ bool outputs_probabilities(const Graph& graph) {
       case OpType::kDropout:
       case OpType::kFlatten:
       case OpType::kReshape: value = node.input(0); continue;
-      case OpType::kSoftmax: {
-        const ValueInfo* in = graph.value(node.input(0));
-        if (!in) return false;
-        const auto& dims = in->shape.dims;
-        const int64_t rank = static_cast<int64_t>(dims.size());
-        const int64_t axis = node.attr<AxisAttrs>().axis < 0 ? node.attr<AxisAttrs>().axis + rank
-                                                             : node.attr<AxisAttrs>().axis;
-        // [N, classes] or [N, classes, 1, 1]: axis 1 with nothing but 1s after it.
-        return axis == 1 && std::all_of(dims.begin() + std::min<int64_t>(2, rank), dims.end(),
-                                        [](int64_t d) { return d == 1; });
-      }
+      case OpType::kSoftmax: return softmax_over_classes(graph, node);
       default: return false;
     }
   }
