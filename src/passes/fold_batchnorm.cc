@@ -1,4 +1,6 @@
 #include <cmath>
+#include <optional>
+#include <vector>
 
 #include "passes/passes.h"
 
@@ -9,6 +11,28 @@ namespace {
 const Tensor* float_param(const Graph& graph, const std::string& name, int64_t n) {
   const Tensor* t = graph.initializer(name);
   return t && t->dtype() == DataType::kFloat32 && t->numel() == n ? t : nullptr;
+}
+
+// A BatchNormalization over `c` channels as y = (x - mean) * scale + beta, with scale =
+// s / sqrt(var + eps) computed in double; nullopt when its parameters are not float32 [c]
+// initializers.
+struct BnAffine {
+  std::vector<double> scale, mean, beta;
+};
+std::optional<BnAffine> bn_affine(const Graph& graph, const Node& bn, int64_t c) {
+  const Tensor* s = float_param(graph, bn.input(1), c);
+  const Tensor* beta = float_param(graph, bn.input(2), c);
+  const Tensor* mean = float_param(graph, bn.input(3), c);
+  const Tensor* var = float_param(graph, bn.input(4), c);
+  if (!s || !beta || !mean || !var) return std::nullopt;
+  const double eps = bn.attr<BatchNormAttrs>().epsilon;
+  BnAffine a;
+  for (int64_t k = 0; k < c; ++k) {
+    a.scale.push_back(static_cast<double>(s->f32()[k]) / std::sqrt(static_cast<double>(var->f32()[k]) + eps));
+    a.mean.push_back(mean->f32()[k]);
+    a.beta.push_back(beta->f32()[k]);
+  }
+  return a;
 }
 
 bool plain_conv(const Node& conv) {
@@ -39,28 +63,23 @@ Status fold_batchnorm(Graph& graph) {
     }
     const int64_t k = w->shape()[0];
     const Tensor* bias = conv.has_input(2) ? float_param(graph, conv.input(2), k) : nullptr;
-    const Tensor* scale = float_param(graph, bn.input(1), k);
-    const Tensor* beta = float_param(graph, bn.input(2), k);
-    const Tensor* mean = float_param(graph, bn.input(3), k);
-    const Tensor* var = float_param(graph, bn.input(4), k);
-    if ((conv.has_input(2) && !bias) || !scale || !beta || !mean || !var) {
+    const std::optional<BnAffine> affine = bn_affine(graph, bn, k);
+    if ((conv.has_input(2) && !bias) || !affine) {
       ++i;
       continue;
     }
-    const double eps = bn.attr<BatchNormAttrs>().epsilon;
     Tensor new_w = *w;
     Tensor new_b(DataType::kFloat32, Shape{k});
     const int64_t per_channel = w->numel() / k;
     auto wv = new_w.f32();
     for (int64_t c = 0; c < k; ++c) {
-      const double a =
-          static_cast<double>(scale->f32()[c]) / std::sqrt(static_cast<double>(var->f32()[c]) + eps);
+      const double a = affine->scale[c];
       for (int64_t j = 0; j < per_channel; ++j) {
         float& x = wv[c * per_channel + j];
         x = static_cast<float>(static_cast<double>(x) * a);
       }
       const double b0 = bias ? bias->f32()[c] : 0.0;
-      new_b.f32()[c] = static_cast<float>((b0 - mean->f32()[c]) * a + beta->f32()[c]);
+      new_b.f32()[c] = static_cast<float>((b0 - affine->mean[c]) * a + affine->beta[c]);
     }
     // New initializers: the old ones may be shared with other nodes.
     const std::string w_name = graph.unique_name(conv.name + "/bn_folded_weight");
@@ -81,19 +100,13 @@ Status batchnorm_to_conv(Graph& graph) {
     const ValueInfo* in = graph.value(bn.input(0));
     if (!in || in->shape.rank() != 4 || in->shape[1] < 1) continue;
     const int64_t c = in->shape[1];
-    const Tensor* scale = float_param(graph, bn.input(1), c);
-    const Tensor* beta = float_param(graph, bn.input(2), c);
-    const Tensor* mean = float_param(graph, bn.input(3), c);
-    const Tensor* var = float_param(graph, bn.input(4), c);
-    if (!scale || !beta || !mean || !var) continue;
-    const double eps = bn.attr<BatchNormAttrs>().epsilon;
+    const std::optional<BnAffine> affine = bn_affine(graph, bn, c);
+    if (!affine) continue;
     Tensor w(DataType::kFloat32, Shape{c, 1, 1, 1});
     Tensor b(DataType::kFloat32, Shape{c});
     for (int64_t k = 0; k < c; ++k) {
-      const double a =
-          static_cast<double>(scale->f32()[k]) / std::sqrt(static_cast<double>(var->f32()[k]) + eps);
-      w.f32()[k] = static_cast<float>(a);
-      b.f32()[k] = static_cast<float>(beta->f32()[k] - mean->f32()[k] * a);
+      w.f32()[k] = static_cast<float>(affine->scale[k]);
+      b.f32()[k] = static_cast<float>(affine->beta[k] - affine->mean[k] * affine->scale[k]);
     }
     const std::string w_name = graph.unique_name(bn.name + "/as_conv_weight");
     graph.initializers[w_name] = std::move(w);
