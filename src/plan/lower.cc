@@ -128,31 +128,6 @@ std::optional<StemRewrite> stem_space_to_depth(const Graph& graph, const BuildOp
 
 namespace {
 
-// The ops lower_node turns into plan steps or views; every other op is refused.
-bool has_gpu_step(OpType op) {
-  switch (op) {
-    case OpType::kConv:
-    case OpType::kGemm:
-    case OpType::kMaxPool:
-    case OpType::kAveragePool:
-    case OpType::kGlobalAveragePool:
-    case OpType::kRelu:
-    case OpType::kClip:
-    case OpType::kAdd:
-    case OpType::kMul:
-    case OpType::kSigmoid:
-    case OpType::kHardSigmoid:
-    case OpType::kHardSwish:
-    case OpType::kSoftmax:
-    case OpType::kConcat:
-    case OpType::kFlatten:
-    case OpType::kReshape:
-    case OpType::kIdentity:
-    case OpType::kDropout: return true;
-    default: return false;
-  }
-}
-
 struct Lowering {
   Lowering(const Graph& g, const BuildOptions& o) : graph(g), options(o), dtype(storage_dtype(o.precision)) {}
   const Graph& graph;
@@ -175,7 +150,14 @@ struct Lowering {
                     node.name, op_name(node.op), what));
   }
 
-  Result<int> input_value(const Node& node, size_t i) {
+  // The plan value of the node's input `i`. A flattened view kept in NHWC layout (spatial_views)
+  // may be read only where `view_ok`: by a Gemm's A, or by another view.
+  Result<int> input_value(const Node& node, size_t i, bool view_ok = false) {
+    if (!view_ok && spatial_views.contains(node.input(i)))
+      return unsupported(node, fmt::format("it reads '{}', a flattened tensor that the plan keeps in NHWC "
+                                           "layout (more than one pixel, or padded channels), which on the "
+                                           "GPU only a Gemm may read",
+                                           node.input(i)));
     auto it = value_of.find(node.input(i));
     if (it == value_of.end())
       return unsupported(node, fmt::format("input '{}' is not an activation", node.input(i)));
@@ -249,8 +231,8 @@ struct Lowering {
     return out;
   }
   // The node's input `i` as a value of the plan's storage dtype.
-  Result<int> plan_input(const Node& node, size_t i) {
-    GPULAB_ASSIGN_OR_RETURN(int v, input_value(node, i));
+  Result<int> plan_input(const Node& node, size_t i, bool view_ok = false) {
+    GPULAB_ASSIGN_OR_RETURN(int v, input_value(node, i, view_ok));
     return value_as(node, v, dtype);
   }
 
@@ -335,7 +317,7 @@ struct Lowering {
   }
 
   Status lower_gemm(const Node& node) {
-    GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, 0));
+    GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, 0, /*view_ok=*/true));
     const auto& a = node.attr<GemmAttrs>();
     const PlanValue xin = plan.values[x];
     if (a.trans_a) return unsupported(node, "transA = 1");
@@ -449,15 +431,6 @@ struct Lowering {
   }
 
   Status lower_node(const Node& node) {
-    const bool view_reader = node.op == OpType::kFlatten || node.op == OpType::kReshape ||
-                             node.op == OpType::kIdentity || node.op == OpType::kDropout;
-    // (An op without a GPU step is refused as such below, which says more.)
-    for (size_t i = 0; i < node.inputs.size() && has_gpu_step(node.op); ++i)
-      if (spatial_views.contains(node.inputs[i]) && !view_reader && !(node.op == OpType::kGemm && i == 0))
-        return unsupported(node, fmt::format("it reads '{}', a flattened tensor that the plan keeps in NHWC "
-                                             "layout (more than one pixel, or padded channels), which on the "
-                                             "GPU only a Gemm may read",
-                                             node.inputs[i]));
     switch (node.op) {
       case OpType::kConv: return lower_conv(node);
       case OpType::kGemm: return lower_gemm(node);
@@ -524,7 +497,7 @@ struct Lowering {
       case OpType::kReshape:
       case OpType::kIdentity:
       case OpType::kDropout: {
-        GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+        GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0, /*view_ok=*/true));
         const auto& v = plan.values[x];
         const ValueInfo* out = graph.value(node.outputs[0]);
         const bool identity = node.op == OpType::kIdentity || node.op == OpType::kDropout;
