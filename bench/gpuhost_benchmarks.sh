@@ -89,10 +89,11 @@ if has accuracy; then
 fi
 if has bench; then
   # GPU compute time (inputs already on the device), CUDA graphs, median; one timing cache.
-  # BENCH_CONFIGS overrides the list: "model:precision:batch[:nos2d|:nofuse|:nofold|:nochunk] ..."
+  # BENCH_CONFIGS overrides the list: "model:precision:batch[:nos2d|:nofuse|:nofold|:nochunk|:chunksearch] ..."
   # with model r18, mnv2 or mnv3 (MobileNetV3-Small, seeded weights); nos2d builds without the
   # space-to-depth stem rewrite, nofuse without the fused stem kernel, nofold with the float32
-  # casts before depthwise layers, nochunk without batch-chunked tactics (for before/after).
+  # casts before depthwise layers, nochunk without batch-chunked tactics, chunksearch with them
+  # timed on every long layer (--batch-chunks search), for before/after.
   # PROFILE_CONFIGS (same form) get a per-layer profile (eager) as well.
   configs=${BENCH_CONFIGS:-"r18:fp16:256 r18:fp16:1 r18:fp32:256 r18:tf32:256 r18:bf16:256 mnv2:fp16:256 mnv2:fp16:1 mnv2:fp32:256 mnv2:bf16:256"}
   bench_one() {  # model precision batch extra-flags name-suffix [more bench flags]
@@ -116,6 +117,7 @@ if has bench; then
       [ "$f" = nofuse ] && extra="--no-fuse-stem" suffix=_nofuse
       [ "$f" = nofold ] && extra="--no-fold-casts" suffix=_nofold
       [ "$f" = nochunk ] && extra="--no-batch-chunks" suffix=_nochunk
+      [ "$f" = chunksearch ] && extra="--batch-chunks search" suffix=_chunksearch
       [ "$(left)" -lt 60 ] && break
       bench_one "$m" "$p" "$b" "$extra" "$suffix$([ $# -gt 0 ] && echo _profile)" "$@"
     done

@@ -37,6 +37,19 @@ Result<Precision> parse_precision(std::string_view name);
 // Element type activations and weights are stored in: float32 for FP32/TF32.
 DataType storage_dtype(Precision precision);
 
+// Batch chunks (a plan for more than 256 images): a layer can run as cuDNN's best batch-256
+// configuration launched once per 256 images, when that beats every launch over the whole batch.
+// On the H200, a search on every long layer found none that won once the workspace limit stopped
+// leaving out the engines that scale (ResNet-18 at batch 1024, FP32 and FP16), and it doubled the
+// build time, so by default chunks are timed only where nothing ran over the whole batch.
+enum class BatchChunks : uint8_t {
+  kOff,
+  kFallback,  // for a layer where no candidate ran at the max batch (workspace, memory)
+  kSearch,    // also for every layer whose best launch over the max batch takes over 1 ms
+};
+std::string_view batch_chunks_name(BatchChunks mode);  // "off", "fallback", "search"
+Result<BatchChunks> parse_batch_chunks(std::string_view name);
+
 struct BuildOptions {
   Precision precision = Precision::kFp16;
   int64_t max_batch = 32;         // contexts accept batches 1..max_batch
@@ -63,10 +76,9 @@ struct BuildOptions {
   // 1 GiB that was the fixed limit before). A context allocates one workspace, the largest its
   // steps chose.
   std::optional<int64_t> max_workspace_bytes;
-  // At a max batch above 256, also time cuDNN's best batch-256 configuration run over the batch in
-  // chunks of 256 images, for layers whose launch takes over 1 ms: some engines the heuristics
-  // offer at batch 1024 take three times as long per image (ResNet-18 FP32).
-  bool batch_chunks = true;
+  // At a max batch above 256, when to also time cuDNN's best batch-256 configuration run over the
+  // batch in chunks of 256 images (BatchChunks).
+  BatchChunks batch_chunks = BatchChunks::kFallback;
 };
 
 // One step of a plan, for reports (inspect, bench --profile).

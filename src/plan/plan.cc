@@ -28,6 +28,22 @@ Result<Precision> parse_precision(std::string_view name) {
       fmt::format("precision '{}' is not known. Use fp32, tf32, fp16 or bf16.", name));
 }
 
+std::string_view batch_chunks_name(BatchChunks mode) {
+  switch (mode) {
+    case BatchChunks::kOff: return "off";
+    case BatchChunks::kFallback: return "fallback";
+    case BatchChunks::kSearch: return "search";
+  }
+  return "?";
+}
+
+Result<BatchChunks> parse_batch_chunks(std::string_view name) {
+  for (BatchChunks m : {BatchChunks::kOff, BatchChunks::kFallback, BatchChunks::kSearch})
+    if (batch_chunks_name(m) == name) return m;
+  return Status::invalid_argument(
+      fmt::format("batch chunks '{}' is not known. Use off, fallback or search.", name));
+}
+
 DataType storage_dtype(Precision precision) {
   switch (precision) {
     case Precision::kFp16: return DataType::kFloat16;

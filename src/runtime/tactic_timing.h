@@ -16,6 +16,8 @@
 #include <limits>
 #include <optional>
 
+#include "gpulab/engine.h"
+
 namespace gpulab::tactic_timing {
 
 // Timed launches after the warm-up; the median counts.
@@ -54,16 +56,19 @@ constexpr int64_t workspace_limit(std::optional<int64_t> set_bytes, uint64_t fre
                                                                  : static_cast<int64_t>(quarter);
 }
 
-// Batch chunks (ChunkedTactic, conv_step.h): a layer of a plan built for more than kChunkImages
-// images whose best launch at the max batch still takes more than kChunkSearchMs also gets cuDNN's
-// candidates timed at kChunkImages, and the best of them is timed once more run in chunks over
-// the max batch. cuDNN's heuristics serve batch 256 well (ResNet-18 FP32: engines 70/44 there,
-// engines 11/28 at three times the time per image at batch 1024); the threshold keeps the extra
-// search to layers where a 1024-image launch is long, so that it pays for its build time.
+// Batch chunks (ChunkedTactic, conv_step.h; BatchChunks, engine.h): in a plan built for more than
+// kChunkImages images, a layer also gets cuDNN's candidates timed at kChunkImages, and the best of
+// them is timed once more run in chunks over the max batch, when no candidate ran at the max batch
+// (kFallback: a workspace limit or a nearly full device) or, with kSearch, when its best launch
+// there still takes more than kChunkSearchMs. Stop 18 made the search the default for ResNet-18
+// FP32 at batch 1024, where engines 11/28 took three times batch 256's time per image; the H200
+// then showed (stop 20) that the engines that scale had been left out by a 1 GiB workspace limit:
+// with the limit raised, no layer chose chunks, and the search took 64 of the build's 118 s.
 inline constexpr int64_t kChunkImages = 256;
 inline constexpr double kChunkSearchMs = 1.0;
-constexpr bool try_chunks(int64_t max_batch, double best_ms) {
-  return max_batch > kChunkImages && best_ms > kChunkSearchMs;
+constexpr bool try_chunks(BatchChunks mode, int64_t max_batch, double best_ms) {
+  if (mode == BatchChunks::kOff || max_batch <= kChunkImages) return false;
+  return best_ms == kNoLimit || (mode == BatchChunks::kSearch && best_ms > kChunkSearchMs);
 }
 
 }  // namespace gpulab::tactic_timing

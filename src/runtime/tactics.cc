@@ -66,7 +66,9 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   const std::string key_suffix = fmt::format(
       "{}{}",
       options.max_workspace_bytes ? fmt::format("|ws{}", *options.max_workspace_bytes) : std::string(),
-      options.batch_chunks ? "" : "|nochunk");
+      options.batch_chunks == BatchChunks::kFallback ? ""
+      : options.batch_chunks == BatchChunks::kOff    ? "|nochunk"
+                                                     : "|chunksearch");
   cuda::LibraryHandles libs;
   GPULAB_TRY(libs.init());
   cudaStream_t stream = nullptr;
@@ -385,8 +387,8 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       for (std::string_view tactic : cuda::wgmma_conv_tactics())
         GPULAB_TRY(time_own(ConvKernel::kWgmma3x3, tactic));
     // Batch chunks (tactic_timing.h): cuDNN's best at kChunkImages, launched over the max batch
-    // chunk by chunk. Also when no candidate ran at the max batch at all.
-    if (options.batch_chunks && tactic_timing::try_chunks(plan.max_batch, best_ms)) {
+    // chunk by chunk, where nothing ran over the whole batch (or on every long layer, kSearch).
+    if (tactic_timing::try_chunks(options.batch_chunks, plan.max_batch, best_ms)) {
       constexpr int64_t kChunk = tactic_timing::kChunkImages;
       const cuda::ConvProblem part = conv_problem(plan, step, kChunk);
       // A timing cache entry for that problem (a plan built at batch kChunk) is its best tactic of

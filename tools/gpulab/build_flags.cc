@@ -20,9 +20,11 @@ void add_build_flags(CLI::App* sub, BuildFlags* flags, std::string_view help_pre
   sub->add_flag("--no-fold-casts", flags->no_fold_casts,
                 help("Keep the float32 copy of each 16-bit input a float32 depthwise layer reads (BF16 "
                      "MobileNetV2) instead of reading it directly"));
-  sub->add_flag("--no-batch-chunks", flags->no_batch_chunks,
-                help("Time each layer at the max batch only, not also as batch-256 cuDNN launches over the "
-                     "batch in chunks (max batch above 256)"));
+  sub->add_option("--batch-chunks", flags->batch_chunks,
+                  help("Max batch above 256: when to also time a layer as batch-256 cuDNN launches over the "
+                       "batch in chunks: off, fallback (default: where nothing ran over the whole batch) "
+                       "or search (also every layer over 1 ms; a longer build)"));
+  sub->add_flag("--no-batch-chunks", flags->no_batch_chunks, help("The same as --batch-chunks off"));
   sub->add_option(
       "--max-workspace-mib", flags->max_workspace_mib,
       help("Skip cuDNN candidates that need more workspace than this (MiB; 0..1048576; default: a "
@@ -38,11 +40,19 @@ Result<BuildOptions> build_options_from(const BuildFlags& flags) {
                     *flags.max_workspace_mib, kMaxWorkspaceMib));
   }
   BuildOptions options;
+  if (!flags.batch_chunks.empty()) {
+    Result<BatchChunks> mode = parse_batch_chunks(flags.batch_chunks);
+    if (!mode.is_ok()) return Status::invalid_argument("--batch-chunks: " + mode.status().message());
+    if (flags.no_batch_chunks && *mode != BatchChunks::kOff)
+      return Status::invalid_argument(fmt::format(
+          "--no-batch-chunks contradicts --batch-chunks {}: give one of them.", flags.batch_chunks));
+    options.batch_chunks = *mode;
+  }
+  if (flags.no_batch_chunks) options.batch_chunks = BatchChunks::kOff;
   options.timing_cache_path = flags.timing_cache;
   options.stem_space_to_depth = !flags.no_stem_space_to_depth;
   options.fuse_stem = !flags.no_fuse_stem;
   options.fold_input_casts = !flags.no_fold_casts;
-  options.batch_chunks = !flags.no_batch_chunks;
   if (flags.max_workspace_mib) options.max_workspace_bytes = *flags.max_workspace_mib << 20;
   return options;
 }
@@ -52,6 +62,7 @@ const char* first_build_flag_given(const BuildFlags& flags) {
                                                 {"--no-stem-space-to-depth", flags.no_stem_space_to_depth},
                                                 {"--no-fuse-stem", flags.no_fuse_stem},
                                                 {"--no-fold-casts", flags.no_fold_casts},
+                                                {"--batch-chunks", !flags.batch_chunks.empty()},
                                                 {"--no-batch-chunks", flags.no_batch_chunks},
                                                 {"--max-workspace-mib", flags.max_workspace_mib.has_value()}};
   for (const auto& [flag, is_given] : given)

@@ -18,6 +18,7 @@ struct BuildFlags {
   bool no_stem_space_to_depth = false;
   bool no_fuse_stem = false;
   bool no_fold_casts = false;
+  std::string batch_chunks;  // "" (default: fallback), off, fallback, search
   bool no_batch_chunks = false;
   std::optional<int64_t> max_workspace_mib;
 };
@@ -26,12 +27,13 @@ struct BuildFlags {
 inline constexpr int64_t kMaxWorkspaceMib = int64_t{1} << 20;
 
 // Declares --timing-cache, --no-stem-space-to-depth, --no-fuse-stem, --no-fold-casts,
-// --no-batch-chunks and --max-workspace-mib on `sub`; `help_prefix` starts each help text
+// --batch-chunks, --no-batch-chunks and --max-workspace-mib on `sub`; `help_prefix` starts each help text
 // ("[--model] " for bench).
 void add_build_flags(CLI::App* sub, BuildFlags* flags, std::string_view help_prefix = "");
 
 // BuildOptions with the flags' fields set (the rest as default), or kInvalidArgument naming
-// --max-workspace-mib when it is outside 0..kMaxWorkspaceMib.
+// --max-workspace-mib when it is outside 0..kMaxWorkspaceMib, or --batch-chunks when its mode is
+// not known or --no-batch-chunks contradicts it.
 Result<BuildOptions> build_options_from(const BuildFlags& flags);
 
 // The first of the flags that was given (for `bench --plan`, where they would do nothing), or

@@ -546,7 +546,7 @@ TEST(EngineGpu, ChunkedConvolutionsMatchTheReferenceAtEveryBatch) {
   std::filesystem::remove(path);
 }
 
-// Tactic timing with batch chunks at a max batch above 256 (tactic_timing.h): one 128-channel
+// Tactic timing with a batch-chunk search at a max batch above 256 (tactic_timing.h): one 128-channel
 // FP32 3x3 layer (a few ms at batch 260, so chunks of 256 plus a remainder of 4 are timed). Which
 // tactic wins is the GPU's business; the plan must compute what the plan built without chunks
 // computes.
@@ -557,7 +557,7 @@ TEST(EngineGpu, TacticTimingWithBatchChunksComputesTheSame) {
   const Graph graph = b.finish(128, 10);
   const Tensor input = random_tensor(Shape{260, 128, 36, 36}, 22);
   std::vector<Tensor> outs;
-  for (bool chunks : {true, false}) {
+  for (BatchChunks chunks : {BatchChunks::kSearch, BatchChunks::kOff}) {
     BuildOptions options;
     options.precision = Precision::kFp32;
     options.max_batch = 260;
@@ -566,13 +566,13 @@ TEST(EngineGpu, TacticTimingWithBatchChunksComputesTheSame) {
     ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
     for (const auto& l : (*engine)->info().layers) {
       if (l.kind == "conv")
-        std::printf("[ note  ] batch chunks %s: %s\n", chunks ? "on" : "off", l.tactic.c_str());
+        std::printf("[ note  ] batch chunks %s: %s\n", batch_chunks_name(chunks).data(), l.tactic.c_str());
     }
     auto out = (*engine)->create_context().value()->run(input, true);
     ASSERT_TRUE(out.is_ok()) << out.status().to_string();
     outs.push_back(std::move(out).value());
   }
-  expect_close(outs[0], outs[1], tolerance(Precision::kFp32), "batch 260, chunks on against off");
+  expect_close(outs[0], outs[1], tolerance(Precision::kFp32), "batch 260, chunk search against none");
 }
 
 TEST(EngineGpu, TwoContextsOnTwoStreamsMatchOne) {

@@ -84,7 +84,7 @@ TEST_F(BenchCli, ModelOrPlanIsRequired) {
   EXPECT_NE(plan_precision.output.find("precision is fixed"), std::string::npos) << plan_precision.output;
 
   // Build options would be ignored for a plan: refused, naming the flag.
-  for (const char* flag : {"--no-fuse-stem", "--no-fold-casts", "--no-batch-chunks",
+  for (const char* flag : {"--no-fuse-stem", "--no-fold-casts", "--no-batch-chunks", "--batch-chunks search",
                            "--no-stem-space-to-depth", "--max-workspace-mib 64", "--timing-cache tc.json"}) {
     const CliRun run = run_gpulab("bench --plan " + model_ + " " + flag);
     EXPECT_EQ(run.exit_code, exit_code_for(StatusCode::kInvalidArgument)) << flag << "\n" << run.output;
@@ -103,9 +103,20 @@ TEST_F(BenchCli, BuildChecksTheSharedBuildFlags) {
   EXPECT_NE(run.output.find("gpulab: invalid argument: --max-workspace-mib: -1 is outside 0..1048576"),
             std::string::npos)
       << run.output;
+  const std::string plan = " -o " + (dir_ / "x.plan").string();
+  const CliRun mode = run_gpulab("build " + model_ + plan + " --batch-chunks always");
+  EXPECT_EQ(mode.exit_code, exit_code_for(StatusCode::kInvalidArgument)) << mode.output;
+  EXPECT_NE(mode.output.find("gpulab: invalid argument: --batch-chunks: batch chunks 'always' is not known. "
+                             "Use off, fallback or search."),
+            std::string::npos)
+      << mode.output;
+  const CliRun both = run_gpulab("build " + model_ + plan + " --batch-chunks search --no-batch-chunks");
+  EXPECT_EQ(both.exit_code, exit_code_for(StatusCode::kInvalidArgument)) << both.output;
+  EXPECT_NE(both.output.find("--no-batch-chunks contradicts --batch-chunks search"), std::string::npos)
+      << both.output;
   const CliRun help = run_gpulab("build --help");
   for (const char* flag : {"--timing-cache", "--no-stem-space-to-depth", "--no-fuse-stem", "--no-fold-casts",
-                           "--no-batch-chunks", "--max-workspace-mib"})
+                           "--batch-chunks", "--no-batch-chunks", "--max-workspace-mib"})
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag << "\n" << help.output;
 }
 
@@ -156,6 +167,7 @@ TEST_F(BenchCli, HelpListsEveryFlag) {
                            "--profile",
                            "--ceilings",
                            "--no-fold-casts",
+                           "--batch-chunks",
                            "--no-batch-chunks",
                            "--max-workspace-mib"}) {
     EXPECT_NE(run.output.find(flag), std::string::npos) << flag << "\n" << run.output;

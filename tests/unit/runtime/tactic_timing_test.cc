@@ -47,19 +47,27 @@ TEST(TacticTiming, WorkspaceLimitIsTheUsersOrAQuarterOfFreeMemory) {
   EXPECT_EQ(workspace_limit(std::nullopt, 0), kMinAutoWorkspaceBytes);
 }
 
-TEST(TacticTiming, BatchChunksAreTriedForLongLayersAboveBatch256) {
-  // ResNet-18 FP32 at batch 1024: layer1's 3x3 layers took 21 ms on the engines timed there.
-  EXPECT_TRUE(try_chunks(1024, 21.0));
-  EXPECT_TRUE(try_chunks(kChunkImages + 1, 2 * kChunkSearchMs));
-  // No candidate ran at the max batch at all: chunks may still run.
-  EXPECT_TRUE(try_chunks(1024, kNoLimit));
-  // A plan for at most one chunk has nothing to split.
-  EXPECT_FALSE(try_chunks(kChunkImages, 21.0));
-  EXPECT_FALSE(try_chunks(32, 21.0));
+TEST(TacticTiming, BatchChunksByDefaultOnlyWhereNothingRanOverTheWholeBatch) {
+  // No candidate ran at the max batch (over the workspace limit, out of memory): chunks may.
+  EXPECT_TRUE(try_chunks(BatchChunks::kFallback, 1024, kNoLimit));
+  EXPECT_TRUE(try_chunks(BatchChunks::kSearch, 1024, kNoLimit));
+  // Something ran: the default does not pay for a second search (stop 20: ResNet-18 FP32 at batch
+  // 1024, 21 ms layers before the workspace limit was raised, chose no chunks after it).
+  EXPECT_FALSE(try_chunks(BatchChunks::kFallback, 1024, 21.0));
+  EXPECT_FALSE(try_chunks(BatchChunks::kOff, 1024, kNoLimit));
+}
+
+TEST(TacticTiming, BatchChunkSearchTriesLongLayersAboveBatch256) {
+  EXPECT_TRUE(try_chunks(BatchChunks::kSearch, 1024, 21.0));
+  EXPECT_TRUE(try_chunks(BatchChunks::kSearch, kChunkImages + 1, 2 * kChunkSearchMs));
+  // A plan for at most one chunk has nothing to split, whatever the mode.
+  EXPECT_FALSE(try_chunks(BatchChunks::kSearch, kChunkImages, 21.0));
+  EXPECT_FALSE(try_chunks(BatchChunks::kSearch, 32, kNoLimit));
+  EXPECT_FALSE(try_chunks(BatchChunks::kFallback, kChunkImages, kNoLimit));
   // Short layers do not pay for the extra search (ResNet-18 FP16 at batch 1024: 7.2 ms for the whole
   // network, stop 17).
-  EXPECT_FALSE(try_chunks(1024, 0.5));
-  EXPECT_FALSE(try_chunks(1024, kChunkSearchMs));
+  EXPECT_FALSE(try_chunks(BatchChunks::kSearch, 1024, 0.5));
+  EXPECT_FALSE(try_chunks(BatchChunks::kSearch, 1024, kChunkSearchMs));
 }
 
 }  // namespace
