@@ -33,7 +33,7 @@ bool depthwise_conv_supports(const DirectConvDesc& desc);
 // convolution); bias [k] or null; residual [n,out_h,out_w,k] (required when attrs.has_residual,
 // else ignored); y [n,out_h,out_w,k]; x of input_dtype(desc), the rest of desc.dtype.
 // y = act(conv + bias + residual), rounded once to the storage type. The 16-byte vector path
-// needs c to be a multiple of 16 / (x's element size) and x, residual and y aligned to their
+// needs c to be a multiple of 16 / (y's element size) and x, residual and y aligned to their
 // vector; otherwise a scalar path runs (same results). Never allocates or synchronizes
 // (CUDA-graph safe). Tolerance against the reference: FP32 summation order only (rel L2 ~1e-7 in
 // float32).
