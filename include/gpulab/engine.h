@@ -40,8 +40,8 @@ DataType storage_dtype(Precision precision);
 // Batch chunks (a plan for more than 256 images): a layer can run as cuDNN's best batch-256
 // configuration launched once per 256 images, when that beats every launch over the whole batch.
 // On the H200, a search on every long layer found none that won once the workspace limit stopped
-// leaving out the engines that scale (ResNet-18 at batch 1024, FP32 and FP16), and it doubled the
-// build time, so by default chunks are timed only where nothing ran over the whole batch.
+// leaving out the engines that scale (ResNet-18 FP32 at batch 1024), and it added about half to
+// the build time, so by default chunks are timed only where nothing ran over the whole batch.
 enum class BatchChunks : uint8_t {
   kOff,
   kFallback,  // for a layer where no candidate ran at the max batch (workspace, memory)
