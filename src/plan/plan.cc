@@ -171,7 +171,8 @@ Status Plan::validate() const {
                              step_kind_name(s.kind), s.inputs.size(), want_inputs));
     }
     // Elementwise steps index their inputs by the output's shape: a, and x of the unary ones, have
-    // it; b has it or is one value per image and channel.
+    // it; b has it or is one value per image and channel (broadcasts_channels, as the runtime and
+    // the interpreter decide it).
     const bool binary = s.kind == StepKind::kAdd || s.kind == StepKind::kMul;
     if (binary || s.kind == StepKind::kActivation || s.kind == StepKind::kPointwise) {
       const PlanValue& y = values[s.output];
@@ -180,7 +181,7 @@ Status Plan::validate() const {
       };
       const PlanValue& b = values[s.inputs[binary ? 1 : 0]];
       if (!same(values[s.inputs[0]]) ||
-          !(same(b) || (binary && b.h == 1 && b.w == 1 && b.c == y.c && b.dtype == y.dtype)))
+          !(same(b) || (broadcasts_channels(*this, s) && b.c == y.c && b.dtype == y.dtype)))
         return bad(fmt::format("step {} '{}' ({}) reads values whose shapes or types do not fit its output",
                                i, s.name, step_kind_name(s.kind)));
     }
