@@ -30,12 +30,20 @@ using cudaStream_t = CUstream_st*;
 
 namespace gpulab {
 
-// Arithmetic of a plan or a layer. FP32 keeps TF32 off; FP16/BF16 accumulate in FP32.
-enum class Precision : uint8_t { kFp32 = 0, kTf32 = 1, kFp16 = 2, kBf16 = 3 };
-std::string_view precision_name(Precision precision);  // "fp32", "tf32", "fp16", "bf16"
+// Arithmetic of a plan or a layer. FP32 keeps TF32 off; FP16/BF16 accumulate in FP32. INT8
+// (symmetric per-output-channel weights, per-tensor activations, INT32 accumulation) and FP8 E4M3
+// (per-channel weight and per-tensor activation scales, FP32 accumulation; sm_89 and newer) need
+// calibrated activation ranges; their rounding rules are in src/core/quant.h.
+enum class Precision : uint8_t { kFp32 = 0, kTf32 = 1, kFp16 = 2, kBf16 = 3, kInt8 = 4, kFp8 = 5 };
+std::string_view precision_name(Precision precision);  // "fp32", "tf32", "fp16", "bf16", "int8", "fp8"
 Result<Precision> parse_precision(std::string_view name);
-// Element type activations and weights are stored in: float32 for FP32/TF32.
+// Element type activations and weights are stored in: float32 for FP32/TF32, int8 for INT8,
+// fp8e4m3 for FP8.
 DataType storage_dtype(Precision precision);
+// INT8 or FP8: stored in 8 bits with scales.
+bool is_quantized(Precision precision);
+// The float precision a layer of an INT8/FP8 plan falls back to (FP16); `precision` itself otherwise.
+Precision fallback_precision(Precision precision);
 
 // Batch chunks (a plan for more than 256 images): a layer can run as cuDNN's best batch-256
 // configuration launched once per 256 images, when that beats every launch over the whole batch.
@@ -55,9 +63,15 @@ struct BuildOptions {
   int64_t max_batch = 32;         // contexts accept batches 1..max_batch
   std::string timing_cache_path;  // read before and written after tactic timing; "" = none
   bool time_tactics = true;       // false: take cuDNN's heuristic first choice (fast builds)
-  // Per-layer override by node name (e.g. {"conv1", kFp32}); only FP32 overrides of
-  // convolutions are honoured in a lower-precision plan.
+  // Per-layer override by node name (e.g. {"conv1", kFp32}): FP32/TF32 overrides of
+  // convolutions in a lower-precision plan; in an INT8/FP8 plan also FP16 (and FP32/TF32) overrides
+  // of convolutions and Gemms (the accuracy gate's fallback layers).
   std::map<std::string, Precision> layer_precision;
+  // INT8/FP8 plans: the calibrated range (amax, the largest magnitude kept) of each activation,
+  // by value name (a node output of the graph after run_passes, or the model input), from
+  // calibration (src/quant/calibration.h). Scales are amax / 127 (INT8) and amax / 448 (FP8). A
+  // scale the model gives itself (a folded QuantizeLinear) takes precedence.
+  std::map<std::string, float> activation_amax;
   int device = 0;  // CUDA device ordinal
   // Run a strided stem convolution on few channels (ResNet's 7x7/2 over RGB) over a
   // space-to-depth rearrangement of the input that the input conversion writes: a 4x4/1

@@ -158,6 +158,16 @@ struct ValueInfo {
   std::optional<std::vector<int64_t>> known_values;
 };
 
+// Scales a model gives itself through QuantizeLinear/DequantizeLinear pairs, recorded when the
+// pairs are folded away (fold_qdq): the INT8 scale of an activation by value name, and one INT8
+// scale per output channel of a weight by initializer name (real weight = scale * q). INT8/FP8
+// lowering uses them instead of calibrated ranges.
+struct ExplicitQuantization {
+  std::map<std::string, float> activation_scales;
+  std::map<std::string, std::vector<float>> weight_scales;
+  bool empty() const { return activation_scales.empty() && weight_scales.empty(); }
+};
+
 class Graph {
  public:
   std::string name;
@@ -168,6 +178,7 @@ class Graph {
   std::map<std::string, Tensor> initializers;   // weights and constants
   std::map<std::string, ValueInfo> values;      // inputs, outputs and every intermediate
   std::map<std::string, std::string> metadata;  // ONNX metadata_props (e.g. preprocess.*)
+  ExplicitQuantization quantization;            // from folded Q/DQ pairs; empty for float models
 
   bool is_initializer(const std::string& value) const { return initializers.count(value) != 0; }
   const Tensor* initializer(const std::string& value) const;

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "core/math.h"
+#include "core/quant.h"
+#include "plan/interpret_kernels.h"
 #include "plan/lower.h"
 
 namespace gpulab {
@@ -52,7 +55,13 @@ class Interpreter {
       }
       if (s.output >= 0) store(s);
     }
-    if (options_.values) *options_.values = std::move(v_);
+    if (options_.values) {
+      // Real values: an 8-bit value holds quantized numbers.
+      for (size_t i = 0; i < v_.size(); ++i)
+        if (is_quantized_dtype(plan_.values[i].dtype))
+          for (float& v : v_[i]) v *= plan_.values[i].scale;
+      *options_.values = std::move(v_);
+    }
     return logits;
   }
 
@@ -109,42 +118,33 @@ class Interpreter {
                 out[((n * y.h + h) * y.w + w) * y.c + (dy * b + dx) * c_in + c] =
                     input[((n * c_in + c) * h_in + ih) * w_in + iw];
             }
+    if (is_quantized_dtype(y.dtype)) {  // the input conversion quantizes
+      const PlanValue image{.dtype = DataType::kFloat32};
+      for (float& v : out) v = cast(v, image, y);
+    }
   }
 
   Status conv_step(const PlanStep& s) {
     const PlanValue& x = plan_.values[s.inputs[0]];
     const PlanValue& y = plan_.values[s.output];
     const auto& a = s.conv;
-    const int64_t cg = x.c / a.groups, kg = y.c / a.groups;
+    const int64_t cg = x.c / a.groups;
     GPULAB_ASSIGN_OR_RETURN(const std::vector<float> wt,
                             weight(s, s.weight, static_cast<size_t>(y.c * a.kernel.h * a.kernel.w * cg)));
     GPULAB_ASSIGN_OR_RETURN(const std::vector<float> bias, weight(s, s.bias, static_cast<size_t>(y.c)));
+    const ConvGeometry g{
+        .batch = batch_, .x_h = x.h, .x_w = x.w, .x_c = x.c, .y_h = y.h, .y_w = y.w, .y_c = y.c, .attrs = a};
+    if (is_quantized(s.precision)) return quantized_conv(s, g, wt, bias);
     const std::vector<float>& in = v_[s.inputs[0]];
     const std::vector<float>* res = a.has_residual ? &v_[s.inputs[1]] : nullptr;
     auto& out = alloc(s.output);
-    for (int64_t n = 0; n < batch_; ++n)
-      for (int64_t oh = 0; oh < y.h; ++oh)
-        for (int64_t ow = 0; ow < y.w; ++ow)
-          for (int64_t k = 0; k < y.c; ++k) {
-            const int64_t g = k / kg;
-            double acc = bias[k];
-            for (int64_t r = 0; r < a.kernel.h; ++r) {
-              const int64_t ih = oh * a.stride.h - a.pads.top + r * a.dilation.h;
-              if (ih < 0 || ih >= x.h) continue;
-              for (int64_t q = 0; q < a.kernel.w; ++q) {
-                const int64_t iw = ow * a.stride.w - a.pads.left + q * a.dilation.w;
-                if (iw < 0 || iw >= x.w) continue;
-                const float* xp = &in[((n * x.h + ih) * x.w + iw) * x.c + g * cg];
-                const float* wp = &wt[((k * a.kernel.h + r) * a.kernel.w + q) * cg];
-                double dot = 0;
-                for (int64_t ci = 0; ci < cg; ++ci) dot += static_cast<double>(xp[ci]) * wp[ci];
-                acc += dot;
-              }
-            }
-            const int64_t at = ((n * y.h + oh) * y.w + ow) * y.c + k;
-            if (res) acc += (*res)[at];
-            out[at] = activate(static_cast<float>(acc), a.activation, a.clip_min, a.clip_max);
-          }
+    std::vector<double> acc(out.size());
+    conv_accumulate(g, in.data(), wt.data(), acc.data());
+    for (size_t i = 0; i < out.size(); ++i) {
+      double v = acc[i] + bias[i % static_cast<size_t>(y.c)];
+      if (res) v += (*res)[i];
+      out[i] = activate(static_cast<float>(v), a.activation, a.clip_min, a.clip_max);
+    }
     return Status::ok();
   }
 
@@ -178,6 +178,7 @@ class Interpreter {
     GPULAB_ASSIGN_OR_RETURN(const std::vector<float> wt,
                             weight(s, s.weight, static_cast<size_t>(y.c * features)));
     GPULAB_ASSIGN_OR_RETURN(const std::vector<float> bias, weight(s, s.bias, static_cast<size_t>(y.c)));
+    if (is_quantized(s.precision)) return quantized_gemm(s, features, wt, bias);
     const std::vector<float>& in = v_[s.inputs[0]];
     auto& out = alloc(s.output);
     for (int64_t n = 0; n < batch_; ++n)
@@ -220,6 +221,7 @@ class Interpreter {
 
   void global_pool_step(const PlanStep& s) {
     const PlanValue& x = plan_.values[s.inputs[0]];
+    if (is_quantized_dtype(x.dtype)) return quantized_global_pool(s);
     const std::vector<float>& in = v_[s.inputs[0]];
     auto& out = alloc(s.output);
     for (int64_t n = 0; n < batch_; ++n)
@@ -249,7 +251,8 @@ class Interpreter {
       if (s.kind == StepKind::kPointwise)
         out[i] = pointwise(val, s);
       else
-        out[i] = s.kind == StepKind::kCast ? val : activate(val, s.activation, s.clip_min, s.clip_max);
+        out[i] = s.kind == StepKind::kCast ? cast(val, plan_.values[s.inputs[0]], y)
+                                           : activate(val, s.activation, s.clip_min, s.clip_max);
     }
   }
 
@@ -266,6 +269,103 @@ class Interpreter {
         std::copy_n(x.begin() + p * c, valid, out.begin() + p * y.c + first);
       first += valid;
     }
+  }
+
+  // kCast between types: 8-bit values quantize (src/core/quant.h) and dequantize (q * scale in
+  // float32; store() then rounds to the float type); float to float is exact here, store() rounds.
+  static float cast(float v, const PlanValue& from, const PlanValue& to) {
+    if (is_quantized_dtype(from.dtype)) v = v * from.scale;
+    if (to.dtype == DataType::kInt8) return static_cast<float>(quantize_int8(v, 1.0f / to.scale));
+    if (to.dtype == DataType::kFp8E4M3) return quantize_fp8(v, 1.0f / to.scale);
+    return v;
+  }
+
+  // The epilogue of src/core/quant.h for one output element: acc is the integer (INT8) or float32
+  // (FP8) sum; multiplier = x.scale * weight scale of the channel.
+  static float epilogue(float acc, float multiplier, float bias, const float* residual, float res_scale,
+                        Activation act, float lo, float hi, const PlanValue& y) {
+    float v = acc * multiplier;
+    v = v + bias;
+    if (residual) v = v + *residual * res_scale;
+    v = activate(v, act, lo, hi);
+    if (y.dtype == DataType::kInt8) return static_cast<float>(quantize_int8(v, 1.0f / y.scale));
+    if (y.dtype == DataType::kFp8E4M3) return quantize_fp8(v, 1.0f / y.scale);
+    return v;  // a dequantizing epilogue: store() rounds to the float type
+  }
+
+  // The sums of a quantized layer: exact int32 sums of int8 numbers converted to float32 (to
+  // nearest even), or float32 sums of E4M3 values.
+  static std::vector<float> accumulate_8bit(const ConvGeometry& g, DataType x_dtype,
+                                            const std::vector<float>& in, const std::vector<float>& wt) {
+    std::vector<float> acc(static_cast<size_t>(g.batch * g.y_h * g.y_w * g.y_c));
+    if (x_dtype != DataType::kInt8) {
+      conv_accumulate(g, in.data(), wt.data(), acc.data());
+      return acc;
+    }
+    const std::vector<int16_t> x16(in.begin(), in.end()), w16(wt.begin(), wt.end());
+    std::vector<int32_t> sums(acc.size());
+    conv_accumulate(g, x16.data(), w16.data(), sums.data());
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] = static_cast<float>(sums[i]);
+    return acc;
+  }
+
+  Status quantized_conv(const PlanStep& s, const ConvGeometry& g, const std::vector<float>& wt,
+                        const std::vector<float>& bias) {
+    const PlanValue& x = plan_.values[s.inputs[0]];
+    const PlanValue& y = plan_.values[s.output];
+    GPULAB_ASSIGN_OR_RETURN(const std::vector<float> w_scale,
+                            weight(s, s.weight_scale, static_cast<size_t>(y.c)));
+    const std::vector<float>& in = v_[s.inputs[0]];
+    const bool has_res = s.conv.has_residual;
+    const std::vector<float>* res = has_res ? &v_[s.inputs[1]] : nullptr;
+    const float res_scale = has_res ? plan_.values[s.inputs[1]].scale : 0.0f;
+    const std::vector<float> acc = accumulate_8bit(g, x.dtype, in, wt);
+    std::vector<float> multiplier(static_cast<size_t>(y.c));
+    for (int64_t k = 0; k < y.c; ++k) multiplier[k] = x.scale * w_scale[k];
+    auto& out = alloc(s.output);
+    const size_t channels = static_cast<size_t>(y.c);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const size_t k = i % channels;
+      out[i] = epilogue(acc[i], multiplier[k], bias[k], res ? &(*res)[i] : nullptr, res_scale,
+                        s.conv.activation, s.conv.clip_min, s.conv.clip_max, y);
+    }
+    return Status::ok();
+  }
+
+  Status quantized_gemm(const PlanStep& s, int64_t features, const std::vector<float>& wt,
+                        const std::vector<float>& bias) {
+    const PlanValue& x = plan_.values[s.inputs[0]];
+    const PlanValue& y = plan_.values[s.output];
+    GPULAB_ASSIGN_OR_RETURN(const std::vector<float> w_scale,
+                            weight(s, s.weight_scale, static_cast<size_t>(y.c)));
+    ConvGeometry g{.batch = batch_, .x_c = features, .y_c = y.c};
+    g.attrs.kernel = {1, 1};
+    const std::vector<float>& in = v_[s.inputs[0]];
+    const std::vector<float> acc = accumulate_8bit(g, x.dtype, in, wt);
+    auto& out = alloc(s.output);
+    for (int64_t n = 0; n < batch_; ++n)
+      for (int64_t o = 0; o < y.c; ++o)
+        out[n * y.c + o] = epilogue(acc[n * y.c + o], x.scale * w_scale[o], bias[o], nullptr, 0.0f,
+                                    Activation::kNone, 0, 0, y);
+    return Status::ok();
+  }
+
+  // The sum of the quantized numbers (exact: integers, or E4M3 values summed in float32 in pixel
+  // order) times x.scale / pixels (float32, on the host), then quantized to y's scale or left in
+  // float for store().
+  void quantized_global_pool(const PlanStep& s) {
+    const PlanValue& x = plan_.values[s.inputs[0]];
+    const PlanValue& y = plan_.values[s.output];
+    const std::vector<float>& in = v_[s.inputs[0]];
+    auto& out = alloc(s.output);
+    const float multiplier = x.scale / static_cast<float>(x.h * x.w);
+    const PlanValue mean{.dtype = DataType::kFloat32};
+    for (int64_t n = 0; n < batch_; ++n)
+      for (int64_t c = 0; c < x.c; ++c) {
+        float sum = 0;
+        for (int64_t i = 0; i < x.h * x.w; ++i) sum += in[(n * x.h * x.w + i) * x.c + c];
+        out[n * x.c + c] = cast(sum * multiplier, mean, y);
+      }
   }
 
   static float pointwise(float v, const PlanStep& s) {
@@ -310,7 +410,35 @@ Result<std::vector<float>> interpret_plan(const Plan& plan, std::span<const floa
         "interpret: the input holds {} floats, batch {} of [{}, {}, {}] needs {}. Pass float NCHW "
         "images of the plan's input size.",
         input_nchw.size(), batch, plan.input_channels, plan.input_h, plan.input_w, batch * per_image));
-  return Interpreter(plan, batch, options).run(input_nchw);
+  const int64_t threads = std::min<int64_t>(std::max(options.num_threads, 1), batch);
+  if (threads == 1) return Interpreter(plan, batch, options).run(input_nchw);
+  // Images are independent: each thread interprets a contiguous part of the batch.
+  std::vector<Result<std::vector<float>>> parts(static_cast<size_t>(threads), std::vector<float>{});
+  std::vector<std::vector<std::vector<float>>> part_values(static_cast<size_t>(threads));
+  std::vector<std::thread> workers;
+  const auto first_image = [&](int64_t t) { return batch * t / threads; };
+  for (int64_t t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      InterpretOptions part = options;
+      part.values = options.values ? &part_values[static_cast<size_t>(t)] : nullptr;
+      const int64_t first = first_image(t), count = first_image(t + 1) - first;
+      parts[static_cast<size_t>(t)] = Interpreter(plan, count, part)
+                                          .run(input_nchw.subspan(static_cast<size_t>(first * per_image),
+                                                                  static_cast<size_t>(count * per_image)));
+    });
+  for (auto& w : workers) w.join();
+  std::vector<float> logits;
+  for (auto& p : parts) {
+    if (!p.is_ok()) return p.status();
+    logits.insert(logits.end(), p->begin(), p->end());
+  }
+  if (options.values) {
+    options.values->assign(plan.values.size(), {});
+    for (auto& pv : part_values)
+      for (size_t i = 0; i < pv.size(); ++i)
+        (*options.values)[i].insert((*options.values)[i].end(), pv[i].begin(), pv[i].end());
+  }
+  return logits;
 }
 
 }  // namespace gpulab

@@ -13,8 +13,10 @@
 
 #include "core/half.h"
 #include "core/log.h"
+#include "core/quant.h"
 #include "gpulab/version.h"
 #include "graph/cost.h"
+#include "plan/lower_quant.h"
 
 namespace gpulab {
 
@@ -22,6 +24,13 @@ std::vector<std::byte> convert_floats(std::span<const float> values, DataType dt
   std::vector<std::byte> out(values.size() * dtype_size(dtype));
   if (dtype == DataType::kFloat32) {
     if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
+    return out;
+  }
+  if (dtype == DataType::kInt8 || dtype == DataType::kFp8E4M3) {
+    for (size_t i = 0; i < values.size(); ++i)
+      out[i] = static_cast<std::byte>(dtype == DataType::kFp8E4M3
+                                          ? float_to_e4m3(values[i])
+                                          : static_cast<uint8_t>(quantize_int8(values[i], 1.0f)));
     return out;
   }
   for (size_t i = 0; i < values.size(); ++i) {
@@ -36,6 +45,15 @@ std::vector<float> floats_from_bytes(std::span<const std::byte> bytes, DataType 
   if (dtype == DataType::kFloat32) {
     std::vector<float> out(bytes.size() / 4);
     if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * 4);
+    return out;
+  }
+  if (dtype == DataType::kInt8 || dtype == DataType::kFp8E4M3) {
+    std::vector<float> out(bytes.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      const auto byte = static_cast<uint8_t>(bytes[i]);
+      out[i] =
+          dtype == DataType::kFp8E4M3 ? e4m3_to_float(byte) : static_cast<float>(static_cast<int8_t>(byte));
+    }
     return out;
   }
   if (dtype != DataType::kFloat16 && dtype != DataType::kBFloat16) return {};
@@ -57,9 +75,9 @@ float round_to_dtype(float value, DataType dtype) {
 namespace {
 
 // Channels of an input value of `dtype` holding `channels`: a whole number of 16-byte vectors
-// (4 float32 or 8 float16/bfloat16), as the tensor cores want them.
+// (4 float32, 8 float16/bfloat16 or 16 int8/fp8e4m3), as the tensor cores want them.
 int64_t padded_channels(int64_t channels, DataType dtype) {
-  const int64_t multiple = dtype == DataType::kFloat32 ? 4 : 8;
+  const int64_t multiple = 16 / static_cast<int64_t>(dtype_size(dtype));
   return (channels + multiple - 1) / multiple * multiple;
 }
 
@@ -129,12 +147,23 @@ std::optional<StemRewrite> stem_space_to_depth(const Graph& graph, const BuildOp
 namespace {
 
 struct Lowering {
-  Lowering(const Graph& g, const BuildOptions& o) : graph(g), options(o), dtype(storage_dtype(o.precision)) {}
+  Lowering(const Graph& g, const BuildOptions& o)
+      : graph(g),
+        options(o),
+        dtype(storage_dtype(fallback_precision(o.precision))),
+        quantized(is_quantized(o.precision)),
+        qdtype(storage_dtype(o.precision)) {}
   const Graph& graph;
   const BuildOptions& options;
   Plan plan;
   std::map<std::string, int> value_of;  // graph value name -> plan value index
-  DataType dtype;
+  DataType dtype;  // of the steps that compute in float: FP16 in an INT8/FP8 plan (lower_quant.h)
+  // INT8/FP8 plans: the 8-bit type, the graph values stored in it (quantized_values) and the scale
+  // of each (activation_scale).
+  bool quantized = false;
+  DataType qdtype;
+  std::set<std::string> q_values;
+  std::map<std::string, float> scales;
   std::map<std::string, Precision> policy;        // default_layer_precision()
   std::map<std::pair<int, DataType>, int> casts;  // (value, dtype) -> its kCast copy
   StemRewrite stem;                               // node "" when the stem is not rewritten
@@ -173,6 +202,11 @@ struct Lowering {
     PlanValue v;
     v.name = name;
     v.dtype = type;
+    if (is_quantized_dtype(type)) {
+      const auto scale = scales.find(name);
+      if (scale == scales.end()) return unsupported(node, "output '" + name + "' has no 8-bit scale");
+      v.scale = scale->second;
+    }
     if (d.size() == 4) {
       v.c = v.c_valid = d[1];
       v.h = d[2];
@@ -199,6 +233,26 @@ struct Lowering {
     return static_cast<int>(plan.weights.size()) - 1;
   }
 
+  // INT8/FP8 plans: whether a Conv or Gemm runs in the plan's 8-bit precision.
+  bool quantized_layer(const Node& node) const {
+    return quantized && (node.op == OpType::kConv || node.op == OpType::kGemm) &&
+           layer_precision(node) == options.precision;
+  }
+  // The quantized weight of a layer [channels, per_channel] and its scales (lower_quant.h).
+  void add_quantized_weight(PlanStep& st, const Node& node, Shape shape, std::span<const float> values) {
+    const auto it = graph.quantization.weight_scales.find(node.input(1));
+    const int64_t channels = shape[0];
+    QuantizedWeight q = quantize_weight(values, channels, qdtype,
+                                        it == graph.quantization.weight_scales.end() ? nullptr : &it->second);
+    plan.weights.push_back(PlanWeight{node.input(1), qdtype, std::move(shape), std::move(q.bytes)});
+    st.weight = static_cast<int>(plan.weights.size()) - 1;
+    st.weight_scale = add_weight(node.input(1) + ".scale", Shape{channels}, q.scales, DataType::kFloat32);
+  }
+  // The type a quantized layer writes `value` in: 8 bits when a reader reads it so, else float.
+  DataType quantized_output_dtype(const std::string& value) const {
+    return q_values.contains(value) ? qdtype : dtype;
+  }
+
   // The precision of a layer: its --layer-precision override, else the precision policy's
   // choice, else the plan's.
   Precision layer_precision(const Node& node) const {
@@ -217,6 +271,10 @@ struct Lowering {
     PlanValue copy = plan.values[v];
     copy.name = copy.name + ".to_" + std::string(dtype_name(type));
     copy.dtype = type;
+    // A quantizing cast stores the value at its calibrated scale (every value read in 8 bits has
+    // one: quantized_values, checked before lowering); a dequantizing one needs none.
+    const auto scale = scales.find(plan.values[v].name);
+    copy.scale = is_quantized_dtype(type) && scale != scales.end() ? scale->second : 0.0f;
     plan.values.push_back(copy);
     const int out = static_cast<int>(plan.values.size()) - 1;
     PlanStep st;
@@ -240,7 +298,7 @@ struct Lowering {
     PlanStep s;
     s.kind = kind;
     s.name = node.name;
-    s.precision = options.precision;
+    s.precision = fallback_precision(options.precision);  // 8-bit steps say so themselves
     s.flops_per_image = node_cost(graph, node, 1).flops;
     return s;
   }
@@ -280,30 +338,38 @@ struct Lowering {
     // A layer in FP32/TF32 in an FP16/BF16 plan reads float32 copies of its inputs (kCast
     // steps) and writes a float32 value; readers of another dtype get a cast of it.
     const Precision precision = layer_precision(node);
-    const DataType layer_dtype = storage_dtype(precision);
-    if (layer_dtype != dtype && layer_dtype != DataType::kFloat32)
-      return unsupported(
-          node, fmt::format("--layer-precision {} in a {} plan; only fp32/tf32 overrides are supported",
-                            precision_name(precision), precision_name(options.precision)));
+    const bool q = quantized_layer(node);
+    const DataType layer_dtype = q ? qdtype : storage_dtype(precision);
+    if (!q && layer_dtype != dtype && layer_dtype != DataType::kFloat32)
+      return unsupported(node,
+                         fmt::format("--layer-precision {} in a {} plan; only {} overrides are supported",
+                                     precision_name(precision), precision_name(options.precision),
+                                     quantized ? "fp32/tf32/fp16" : "fp32/tf32"));
     PlanStep st = step(StepKind::kConv, node);
     st.precision = precision;
     st.conv = attrs;
     st.inputs = {value_as(node, x, layer_dtype)};
-    st.weight = add_weight(node.input(1), Shape{k, rb, sb, c_stored}, krsc, layer_dtype);
+    if (q)
+      add_quantized_weight(st, node, Shape{k, rb, sb, c_stored}, krsc);
+    else
+      st.weight = add_weight(node.input(1), Shape{k, rb, sb, c_stored}, krsc, layer_dtype);
     if (node.has_input(2)) {
       const Tensor* b = graph.initializer(node.input(2));
       if (!b || b->dtype() != DataType::kFloat32 || b->numel() != k)
         return unsupported(node, "the bias is not a constant float tensor of K values");
       // BF16 layers keep their bias in float32: BF16's 8-bit significand would shift every output
       // of a channel by the same rounding error (the epilogue adds it in FP32 either way).
-      const DataType bias_dtype = layer_dtype == DataType::kBFloat16 ? DataType::kFloat32 : layer_dtype;
+      // INT8/FP8 layers add it in float32 in their epilogue (src/core/quant.h).
+      const DataType bias_dtype = layer_dtype == DataType::kBFloat16 || q ? DataType::kFloat32 : layer_dtype;
       st.bias = add_weight(node.input(2), Shape{k}, b->f32(), bias_dtype);
     }
     if (attrs.has_residual) {
       GPULAB_ASSIGN_OR_RETURN(int res, input_value(node, 3));
       st.inputs.push_back(value_as(node, res, layer_dtype));
     }
-    GPULAB_ASSIGN_OR_RETURN(int y_index, add_value(node, node.outputs[0], layer_dtype));
+    GPULAB_ASSIGN_OR_RETURN(
+        int y_index,
+        add_value(node, node.outputs[0], q ? quantized_output_dtype(node.outputs[0]) : layer_dtype));
     const PlanValue y = plan.values[y_index];
     if (y.c != k) return unsupported(node, fmt::format("output has {} channels, weight {}", y.c, k));
     if (attrs.has_residual) {
@@ -317,7 +383,19 @@ struct Lowering {
   }
 
   Status lower_gemm(const Node& node) {
-    GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, 0, /*view_ok=*/true));
+    const bool q = quantized_layer(node);
+    const Precision precision = layer_precision(node);
+    if (quantized && !q && storage_dtype(precision) != dtype &&
+        storage_dtype(precision) != DataType::kFloat32)
+      return unsupported(node,
+                         fmt::format("--layer-precision {} in a {} plan; only fp32/tf32/fp16 overrides are "
+                                     "supported",
+                                     precision_name(precision), precision_name(options.precision)));
+    GPULAB_ASSIGN_OR_RETURN(int x0, input_value(node, 0, /*view_ok=*/true));
+    // Layers in FP32/TF32 run on float32 in an INT8/FP8 plan, as convolutions do; other plans keep
+    // their Gemm in the plan's type.
+    const DataType gemm_dtype = q ? qdtype : quantized ? storage_dtype(precision) : dtype;
+    const int x = value_as(node, x0, gemm_dtype);
     const auto& a = node.attr<GemmAttrs>();
     const PlanValue xin = plan.values[x];
     if (a.trans_a) return unsupported(node, "transA = 1");
@@ -348,17 +426,22 @@ struct Lowering {
         wt[o * stored + i] = a.alpha * (a.trans_b ? src[o * in + from] : src[from * out + o]);
       }
     PlanStep st = step(StepKind::kGemm, node);
+    if (quantized) st.precision = precision;
     st.inputs = {x};
-    st.weight = add_weight(node.input(1), Shape{out, stored}, wt);
+    if (q)
+      add_quantized_weight(st, node, Shape{out, stored}, wt);
+    else
+      st.weight = add_weight(node.input(1), Shape{out, stored}, wt, gemm_dtype);
     if (node.has_input(2)) {
       const Tensor* c = graph.initializer(node.input(2));
       if (!c || c->dtype() != DataType::kFloat32 || c->numel() != out)
         return unsupported(node, "C is not a constant float vector of the output size");
       std::vector<float> bias(c->f32().begin(), c->f32().end());
       for (auto& v : bias) v *= a.beta;
-      st.bias = add_weight(node.input(2), Shape{out}, bias);
+      st.bias = add_weight(node.input(2), Shape{out}, bias, q ? DataType::kFloat32 : gemm_dtype);
     }
-    GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
+    GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0],
+                                                 q ? quantized_output_dtype(node.outputs[0]) : gemm_dtype));
     plan.steps.push_back(std::move(st));
     return Status::ok();
   }
@@ -436,20 +519,33 @@ struct Lowering {
       case OpType::kGemm: return lower_gemm(node);
       case OpType::kMaxPool:
       case OpType::kAveragePool: {
-        GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, 0));
+        GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+        // A max pool of quantized numbers is exact: it runs in 8 bits, at its input's scale.
+        const bool q = node.op == OpType::kMaxPool && is_quantized_dtype(plan.values[x].dtype);
+        if (!q) x = value_as(node, x, dtype);
         PlanStep st = step(node.op == OpType::kMaxPool ? StepKind::kMaxPool : StepKind::kAveragePool, node);
         st.pool = node.attr<PoolAttrs>();
         st.inputs = {x};
-        GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
+        if (q) {
+          st.precision = options.precision;
+          scales[node.outputs[0]] = plan.values[x].scale;
+        }
+        GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0], q ? qdtype : dtype));
         plan.values[st.output].c = plan.values[x].c;  // pooling keeps channel padding
         plan.steps.push_back(std::move(st));
         return Status::ok();
       }
       case OpType::kGlobalAveragePool: {
-        GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, 0));
+        GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
+        // Quantized numbers are summed exactly (int32) and written at the output's scale, or in
+        // float when no reader reads the mean in 8 bits.
+        const bool q = is_quantized_dtype(plan.values[x].dtype);
+        if (!q) x = value_as(node, x, dtype);
         PlanStep st = step(StepKind::kGlobalAveragePool, node);
         st.inputs = {x};
-        GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
+        if (q) st.precision = options.precision;
+        GPULAB_ASSIGN_OR_RETURN(
+            st.output, add_value(node, node.outputs[0], q ? quantized_output_dtype(node.outputs[0]) : dtype));
         plan.values[st.output].c = plan.values[x].c;
         plan.steps.push_back(std::move(st));
         return Status::ok();
@@ -555,7 +651,16 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
     const Node& n = graph.nodes[static_cast<size_t>(i)];
     return n.op == OpType::kConv && storage_dtype(low.layer_precision(n)) == DataType::kFloat32;
   });
-  const DataType input_dtype = float32_readers ? DataType::kFloat32 : low.dtype;
+  if (low.quantized) {
+    low.q_values = quantized_values(graph, [&low](const Node& n) { return low.quantized_layer(n); });
+    for (const std::string& value : low.q_values) {
+      GPULAB_ASSIGN_OR_RETURN(low.scales[value], activation_scale(graph, options, options.precision, value));
+    }
+  }
+  const bool quantized_input = low.q_values.contains(graph.inputs[0]);
+  const DataType input_dtype = quantized_input   ? low.qdtype
+                               : float32_readers ? DataType::kFloat32
+                                                 : low.dtype;
   PlanStep input_step;
   if (auto stem = stem_space_to_depth(graph, options)) {
     low.stem = *stem;
@@ -567,20 +672,28 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
     plan.values.push_back(PlanValue{graph.inputs[0], plan.input_h, plan.input_w,
                                     c >= 8 ? c : padded_channels(c, input_dtype), c, input_dtype});
   }
+  if (quantized_input) plan.values[0].scale = low.scales.at(graph.inputs[0]);
   low.value_of[graph.inputs[0]] = 0;
   input_step.kind = StepKind::kInput;
   input_step.name = "input";
   input_step.output = 0;
-  input_step.precision = options.precision;
+  input_step.precision = quantized_input ? options.precision : fallback_precision(options.precision);
   plan.steps.push_back(input_step);
   for (const auto& [name, precision] : options.layer_precision) {
-    const bool found = std::any_of(graph.nodes.begin(), graph.nodes.end(),
-                                   [&](const Node& n) { return n.name == name && n.op == OpType::kConv; });
+    // INT8/FP8 plans move Gemms too (the classifier head); others only convolutions.
+    const bool found = std::any_of(graph.nodes.begin(), graph.nodes.end(), [&](const Node& n) {
+      return n.name == name && (n.op == OpType::kConv || (low.quantized && n.op == OpType::kGemm));
+    });
     if (!found)
+      return Status::invalid_argument(fmt::format(
+          "plan: --layer-precision names '{}' ({}), but the model has no {} of that name. "
+          "`gpulab inspect` lists the layers.",
+          name, precision_name(precision), low.quantized ? "convolution or Gemm" : "convolution"));
+    if (is_quantized(precision) && precision != options.precision)
       return Status::invalid_argument(
-          fmt::format("plan: --layer-precision names '{}' ({}), but the model has no "
-                      "convolution of that name. `gpulab inspect` lists the layers.",
-                      name, precision_name(precision)));
+          fmt::format("plan: --layer-precision {}={} in a {} plan; a layer may move to fp16, fp32 or tf32, "
+                      "or stay in the plan's precision.",
+                      name, precision_name(precision), precision_name(options.precision)));
   }
   for (const Node& node : graph.nodes) GPULAB_TRY(low.lower_node(node));
   if (!low.policy.empty()) {
@@ -603,6 +716,12 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
   auto out = low.value_of.find(graph.outputs[0]);
   if (out == low.value_of.end())
     return Status::unsupported("plan: the output '" + graph.outputs[0] + "' is not computed on the GPU.");
+  // The output step reads float: an 8-bit value at the end (a max pool's) is dequantized first.
+  if (is_quantized_dtype(plan.values[out->second].dtype)) {
+    Node output_node;
+    output_node.name = "output";
+    out->second = low.value_as(output_node, out->second, low.dtype);
+  }
   const PlanValue& ov = plan.values[out->second];
   if (ov.h != 1 || ov.w != 1)
     return Status::unsupported(

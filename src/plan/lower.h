@@ -24,10 +24,13 @@
 
 namespace gpulab {
 
-// Host float32 -> float32/float16/bfloat16 bytes, round to nearest even.
+// Host float32 -> float32/float16/bfloat16 bytes, round to nearest even. int8 and fp8e4m3 take
+// quantized numbers (no scale): int8 rounds to nearest even and saturates to [-128, 127], fp8e4m3
+// converts as float_to_e4m3 (src/core/quant.h).
 std::vector<std::byte> convert_floats(std::span<const float> values, DataType dtype);
-// The inverse: float32/float16/bfloat16 bytes -> float32 (exact). `bytes` holds whole elements;
-// other dtypes give an empty vector.
+// The inverse: float32/float16/bfloat16/int8/fp8e4m3 bytes -> float32 (exact; 8-bit types give
+// their quantized numbers, not multiplied by a scale). `bytes` holds whole elements; other dtypes
+// give an empty vector.
 std::vector<float> floats_from_bytes(std::span<const std::byte> bytes, DataType dtype);
 // `value` rounded to the nearest `dtype` (float16/bfloat16, round to nearest even, as
 // convert_floats) and widened back to float32; float32 and other dtypes return it unchanged.

@@ -17,15 +17,18 @@ std::string_view precision_name(Precision precision) {
     case Precision::kTf32: return "tf32";
     case Precision::kFp16: return "fp16";
     case Precision::kBf16: return "bf16";
+    case Precision::kInt8: return "int8";
+    case Precision::kFp8: return "fp8";
   }
   return "?";
 }
 
 Result<Precision> parse_precision(std::string_view name) {
-  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16})
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16,
+                      Precision::kInt8, Precision::kFp8})
     if (precision_name(p) == name) return p;
   return Status::invalid_argument(
-      fmt::format("precision '{}' is not known. Use fp32, tf32, fp16 or bf16.", name));
+      fmt::format("precision '{}' is not known. Use fp32, tf32, fp16, bf16, int8 or fp8.", name));
 }
 
 std::string_view batch_chunks_name(BatchChunks mode) {
@@ -48,8 +51,22 @@ DataType storage_dtype(Precision precision) {
   switch (precision) {
     case Precision::kFp16: return DataType::kFloat16;
     case Precision::kBf16: return DataType::kBFloat16;
+    case Precision::kInt8: return DataType::kInt8;
+    case Precision::kFp8: return DataType::kFp8E4M3;
     default: return DataType::kFloat32;
   }
+}
+
+bool is_quantized_dtype(DataType dtype) {
+  return dtype == DataType::kInt8 || dtype == DataType::kFp8E4M3;
+}
+
+bool is_quantized(Precision precision) {
+  return precision == Precision::kInt8 || precision == Precision::kFp8;
+}
+
+Precision fallback_precision(Precision precision) {
+  return is_quantized(precision) ? Precision::kFp16 : precision;
 }
 
 std::string describe_target(const PlanTarget& t) {
@@ -113,6 +130,40 @@ int64_t Plan::weights_bytes() const {
   return total;
 }
 
+namespace {
+
+// A quantized kConv/kGemm step: 8-bit weights of its precision with float32 scales, one per output
+// channel, and an 8-bit x; no other step names weight scales.
+Status validate_quantized_step(const Plan& plan, size_t i) {
+  const PlanStep& s = plan.steps[i];
+  const auto bad = [&](const std::string& what) {
+    return Status::invalid_file(
+        fmt::format("plan: step {} '{}' ({}, {}) {}. The file is corrupt or was not "
+                    "written by gpulab; rebuild it.",
+                    i, s.name, step_kind_name(s.kind), precision_name(s.precision), what));
+  };
+  const bool layer = s.kind == StepKind::kConv || s.kind == StepKind::kGemm;
+  if (!layer || !is_quantized(s.precision)) {
+    if (s.weight_scale >= 0) return bad("names weight scales");
+    return Status::ok();
+  }
+  const DataType q = storage_dtype(s.precision);
+  if (s.weight < 0 || plan.weights[s.weight].dtype != q) return bad("has no weight of its 8-bit type");
+  const int64_t out_channels = plan.weights[s.weight].shape.rank() > 0 ? plan.weights[s.weight].shape[0] : 0;
+  if (s.weight_scale < 0 || plan.weights[s.weight_scale].dtype != DataType::kFloat32 ||
+      plan.weights[s.weight_scale].shape != Shape{out_channels})
+    return bad(fmt::format("has no float32 weight scales of its {} output channels", out_channels));
+  if (s.bias >= 0 && plan.weights[s.bias].dtype != DataType::kFloat32)
+    return bad("has a bias not in float32");
+  for (size_t k = 0; k < s.inputs.size(); ++k)
+    if (plan.values[s.inputs[k]].dtype != q)
+      return bad(fmt::format("reads value '{}' of type {}", plan.values[s.inputs[k]].name,
+                             dtype_name(plan.values[s.inputs[k]].dtype)));
+  return Status::ok();
+}
+
+}  // namespace
+
 Status Plan::validate() const {
   auto bad = [](std::string what) {
     return Status::invalid_file("plan: " + what +
@@ -132,6 +183,11 @@ Status Plan::validate() const {
       return bad(fmt::format("value {} '{}' has a bad shape [{},{},{} ({} valid)]", i, v.name, v.h, v.w, v.c,
                              v.c_valid));
   }
+  for (size_t i = 0; i < values.size(); ++i) {
+    const auto& v = values[i];
+    if (is_quantized_dtype(v.dtype) && !(v.scale > 0.0f && std::isfinite(v.scale)))
+      return bad(fmt::format("value {} '{}' ({}) has scale {}", i, v.name, dtype_name(v.dtype), v.scale));
+  }
   auto value_ok = [&](int v) { return v >= 0 && static_cast<size_t>(v) < values.size(); };
   auto weight_ok = [&](int w) { return w >= -1 && w < static_cast<int>(weights.size()); };
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -141,9 +197,10 @@ Status Plan::validate() const {
         return bad(fmt::format("step {} '{}' reads value {} of {}", i, s.name, in, values.size()));
     if (s.kind != StepKind::kOutput && !value_ok(s.output))
       return bad(fmt::format("step {} '{}' writes value {} of {}", i, s.name, s.output, values.size()));
-    if (!weight_ok(s.weight) || !weight_ok(s.bias))
-      return bad(fmt::format("step {} '{}' uses weight {} / bias {} of {}", i, s.name, s.weight, s.bias,
-                             weights.size()));
+    if (!weight_ok(s.weight) || !weight_ok(s.bias) || !weight_ok(s.weight_scale))
+      return bad(fmt::format("step {} '{}' uses weight {} / bias {} / weight scales {} of {}", i, s.name,
+                             s.weight, s.bias, s.weight_scale, weights.size()));
+    GPULAB_TRY(validate_quantized_step(*this, i));
     size_t want_inputs = 1;
     switch (s.kind) {
       case StepKind::kInput:
@@ -286,13 +343,16 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
   j["output"] = {{"name", plan.output_name}, {"classes", plan.num_classes}};
   j["metadata"] = plan.metadata;
   json values = json::array();
-  for (const auto& v : plan.values)
-    values.push_back({{"name", v.name},
-                      {"h", v.h},
-                      {"w", v.w},
-                      {"c", v.c},
-                      {"c_valid", v.c_valid},
-                      {"dtype", std::string(dtype_name(v.dtype))}});
+  for (const auto& v : plan.values) {
+    json jv = {{"name", v.name},
+               {"h", v.h},
+               {"w", v.w},
+               {"c", v.c},
+               {"c_valid", v.c_valid},
+               {"dtype", std::string(dtype_name(v.dtype))}};
+    if (is_quantized_dtype(v.dtype)) jv["scale"] = v.scale;
+    values.push_back(std::move(jv));
+  }
   j["values"] = std::move(values);
   json steps = json::array();
   for (const auto& s : plan.steps) {
@@ -303,6 +363,7 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
                {"precision", std::string(precision_name(s.precision))},
                {"weight", s.weight},
                {"bias", s.bias},
+               {"weight_scale", s.weight_scale},
                {"tactic", s.tactic},
                {"flops_per_image", s.flops_per_image},
                {"activation", static_cast<int>(s.activation)},
@@ -403,6 +464,7 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
     v.c = jv.at("c").get<int64_t>();
     v.c_valid = jv.at("c_valid").get<int64_t>();
     v.dtype = value_or_throw(parse_dtype(jv.at("dtype").get<std::string>()));
+    if (is_quantized_dtype(v.dtype)) v.scale = jv.at("scale").get<float>();
     plan.values.push_back(std::move(v));
   }
   for (const auto& js : j.at("steps")) {
@@ -414,6 +476,7 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
     s.precision = value_or_throw(parse_precision(js.at("precision").get<std::string>()));
     s.weight = js.at("weight").get<int>();
     s.bias = js.at("bias").get<int>();
+    s.weight_scale = js.value("weight_scale", -1);  // version 4
     s.tactic = js.at("tactic").get<std::string>();
     s.flops_per_image = js.at("flops_per_image").get<double>();
     s.activation = activation_from(js.at("activation").get<int>());

@@ -24,7 +24,11 @@
 // reading versions 1-2 would leave out; kMul and kPointwise steps, and a kAdd or kMul whose second
 // input is one value per image and channel, and kConcat steps are new too (their kind names are
 // unknown there).
-// gpulab reads versions 1 to 3: an older file has none of what the later versions added.
+// Version 4 (issue 34): INT8 and FP8 plans. A value stored as int8 or fp8e4m3 has a scale
+// (PlanValue::scale), a quantized kConv or kGemm step names its per-output-channel weight scales
+// (PlanStep::weight_scale), steps and casts may read and write those types, and the precisions
+// "int8" and "fp8" are new.
+// gpulab reads versions 1 to 4: an older file has none of what the later versions added.
 #pragma once
 
 #include <cstddef>
@@ -43,7 +47,7 @@
 
 namespace gpulab {
 
-inline constexpr uint32_t kPlanFormatVersion = 3;        // written
+inline constexpr uint32_t kPlanFormatVersion = 4;        // written
 inline constexpr uint32_t kOldestPlanFormatVersion = 1;  // still read
 inline constexpr char kPlanMagic[8] = {'G', 'P', 'U', 'L', 'A', 'B', 'P', 'L'};
 
@@ -97,11 +101,13 @@ enum class PointwiseFn : uint8_t { kSigmoid, kHardSigmoid, kHardSwish };
 std::string_view pointwise_fn_name(PointwiseFn fn);  // "sigmoid", "hard_sigmoid", "hard_swish"
 
 // An activation buffer: NHWC, per image. `c` includes zero padding; `c_valid` carry data.
+// An int8 or fp8e4m3 value holds quantized numbers q; the real value is scale * q (src/core/quant.h).
 struct PlanValue {
   std::string name;
   int64_t h = 1, w = 1, c = 1;
   int64_t c_valid = 1;
   DataType dtype = DataType::kFloat32;
+  float scale = 0.0f;  // int8/fp8e4m3 values only: positive and finite
   int64_t bytes_per_image() const { return h * w * c * static_cast<int64_t>(dtype_size(dtype)); }
 };
 
@@ -130,8 +136,11 @@ struct PlanStep {
   PointwiseFn pointwise = PointwiseFn::kSigmoid;  // kPointwise
   float alpha = 0.2f, beta = 0.5f;                // kPointwise kHardSigmoid
   bool softmax = false;                           // kOutput: softmax over the classes
-  int weight = -1;     // index into Plan::weights: kConv [K, R, S, C/groups], kGemm [out, in]
-  int bias = -1;       // index into Plan::weights: [K] / [out]; -1 when absent
+  int weight = -1;  // index into Plan::weights: kConv [K, R, S, C/groups], kGemm [out, in]
+  int bias = -1;    // index into Plan::weights: [K] / [out]; -1 when absent
+  // INT8/FP8 kConv/kGemm: index into Plan::weights of the float32 [K] / [out] weight scales (real
+  // weight = scale[k] * stored weight); the epilogue's multiplier is x.scale * scale[k].
+  int weight_scale = -1;
   std::string tactic;  // see the runtime's tactic strings; "" = default
   double flops_per_image = 0;
   SpaceToDepth space_to_depth;  // kInput, kStem
@@ -168,6 +177,9 @@ struct Plan {
   Status validate() const;
   int64_t weights_bytes() const;
 };
+
+// int8 or fp8e4m3: a value with a scale.
+bool is_quantized_dtype(DataType dtype);
 
 // True when a kAdd or kMul step's second input is [1, 1, C] per image, broadcast over the other
 // input's pixels; false when both inputs have one shape.

@@ -96,7 +96,12 @@ TEST(PlanConversions, RoundToDtypeAndBack) {
     ASSERT_EQ(back.size(), v.size());
     for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(back[i], round_to_dtype(v[i], t)) << dtype_name(t);
   }
-  EXPECT_TRUE(floats_from_bytes(std::vector<std::byte>(4), DataType::kInt8).empty());
+  EXPECT_TRUE(floats_from_bytes(std::vector<std::byte>(4), DataType::kInt32).empty());
+  // 8-bit types hold quantized numbers: int8 integers, E4M3 values.
+  const std::vector<float> q = {-128.0f, -1.0f, 0.0f, 127.0f};
+  EXPECT_EQ(floats_from_bytes(convert_floats(q, DataType::kInt8), DataType::kInt8), q);
+  const std::vector<float> e4m3 = {-448.0f, 0.001953125f, 1.125f, 240.0f};
+  EXPECT_EQ(floats_from_bytes(convert_floats(e4m3, DataType::kFp8E4M3), DataType::kFp8E4M3), e4m3);
 }
 
 // A BF16 plan interpreted with its own dtypes and an FP32 plan interpreted with BF16 storage

@@ -115,15 +115,16 @@ uint64_t fnv1a64(std::span<const std::byte> bytes) {
   return h;
 }
 
-// Version-1 files (before folded casts) and version-2 files (before softmax outputs and pointwise
-// steps) are still read; version 3 is what gets written.
+// Version-1 files (before folded casts), version-2 files (before softmax outputs and pointwise
+// steps) and version-3 files (before INT8/FP8 plans) are still read; version 4 is what gets written,
+// and version 5 is refused.
 TEST(PlanFile, ReadsTheOlderVersions) {
-  for (const uint32_t older : {1u, 2u}) {
+  for (const uint32_t older : {1u, 2u, 3u}) {
     auto bytes = serialize_plan(small_plan());
     uint32_t written = 0;
     std::memcpy(&written, bytes.data() + 8, 4);
     EXPECT_EQ(written, kPlanFormatVersion);
-    EXPECT_EQ(kPlanFormatVersion, 3u);
+    EXPECT_EQ(kPlanFormatVersion, 4u);
     std::memcpy(bytes.data() + 8, &older, 4);
     const uint64_t sum = fnv1a64(std::span(bytes).first(bytes.size() - 8));
     std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
@@ -132,6 +133,15 @@ TEST(PlanFile, ReadsTheOlderVersions) {
     EXPECT_EQ(r->steps.size(), small_plan().steps.size());
     EXPECT_FALSE(r->steps.back().softmax);
   }
+  auto bytes = serialize_plan(small_plan());
+  const uint32_t newer = kPlanFormatVersion + 1;
+  std::memcpy(bytes.data() + 8, &newer, 4);
+  const uint64_t sum = fnv1a64(std::span(bytes).first(bytes.size() - 8));
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+  auto r = deserialize_plan(bytes);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("reads versions 1 to 4"), std::string::npos) << r.status().message();
 }
 
 // A header that parses and carries a valid checksum but points outside the weights or at

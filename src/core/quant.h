@@ -1,0 +1,138 @@
+// The 8-bit number formats of INT8 and FP8 plans and their rounding rules, written down once.
+// Plan lowering (weights), the plan interpreter (the CPU emulation) and the CUDA kernels
+// (src/backends/cuda/kernels/quant.cuh mirrors these functions with CUDA intrinsics) follow them;
+// docs/architecture.md ("8-bit plans") says the same in prose.
+//
+// INT8, symmetric (zero point 0), real value = scale * q:
+//   weights      one scale per output channel, scale = amax / 127 over that channel's weights
+//                (1 for an all-zero channel); q in [-127, 127], so that negating a weight never
+//                overflows and the grid is the same on both sides of zero.
+//   activations  one scale per tensor, scale = amax / 127 of the calibrated range (or the scale a
+//                model's QuantizeLinear gives); q in [-128, 127], ONNX QuantizeLinear's range, so
+//                that an imported Q/DQ model computes what onnxruntime computes.
+//   quantize     q = saturate(round_half_to_even(x * inv_scale)), inv_scale = 1.0f / scale in
+//                float32, computed once on the host; NaN gives 0 (as the GPU's cvt.rni does).
+// FP8 E4M3 (1 sign bit, 4 exponent bits with bias 7, 3 mantissa bits, no infinities, largest
+// finite value 448, S.1111.111 is NaN), real value = scale * e4m3:
+//   weights      one scale per output channel, amax / 448; activations one per tensor, amax / 448
+//   quantize     e4m3 = round_half_to_even(x * inv_scale) to the nearest E4M3 value (subnormals
+//                included), finite values beyond +-448 saturated to +-448 (CUDA's __NV_SATFINITE),
+//                NaN stays NaN.
+// Convolution and GEMM epilogue, float32, each operation rounded to nearest even, in this order and
+// never contracted into a fused multiply-add (the GPU kernels use __fmul_rn/__fadd_rn):
+//   acc = sum(qx * qw)              INT8: exact in int32. FP8: each product is exact in float32,
+//                                   the sum is float32 in an unspecified order
+//   v   = float(acc) * multiplier   multiplier[k] = x_scale * w_scale[k] (float32, on the host);
+//                                   float(acc) rounds to nearest even above 2^24
+//   v   = v + bias[k]               (float32 bias)
+//   v   = v + float(q_res) * res_scale   a fused residual, read in the plan's 8-bit type
+//   v   = act(v)                    ReLU max(v, 0), Clip min(max(v, lo), hi)
+//   out = quantize(v, y_scale), or v rounded to the output's float type when every reader of the
+//         output computes in float (a "dequantizing" epilogue).
+// Agreement: the INT8 integer sum is exact everywhere and the epilogue is defined to the bit, so a
+// GPU kernel that follows it step by step matches the interpreter bit for bit; one whose epilogue
+// contracts the multiply and the add (CUTLASS's linear combination) can land one unit of the output
+// scale away where v * inv_scale falls within a rounding of a .5 boundary. FP8 sums in another
+// order, so FP8 agreement is within one E4M3 step of the output.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace gpulab {
+
+inline constexpr int kInt8ActivationMin = -128;
+inline constexpr int kInt8WeightMin = -127;
+inline constexpr int kInt8Max = 127;
+inline constexpr float kInt8QuantMax = 127.0f;  // amax maps to this (scale = amax / 127)
+inline constexpr float kFp8E4M3Max = 448.0f;    // amax maps to this (scale = amax / 448)
+
+// x rounded to the nearest integer, ties to even, for |x| <= 2^22: adding and subtracting 1.5 * 2^23
+// leaves the float with no fraction bits, rounded in the default rounding mode (to nearest even).
+// Plain float arithmetic, so it vectorizes and needs no libm call.
+inline float round_half_even_small(float x) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (x + kMagic) - kMagic;
+}
+
+// q = saturate(round_half_to_even(x * inv_scale)) to [lo, 127]; NaN gives 0.
+inline int8_t quantize_int8(float x, float inv_scale, int lo = kInt8ActivationMin) {
+  float v = x * inv_scale;
+  if (v != v) return 0;
+  v = std::min(std::max(v, static_cast<float>(lo)), static_cast<float>(kInt8Max));
+  return static_cast<int8_t>(round_half_even_small(v));
+}
+
+// The scale of a symmetric range: amax / qmax, or 1 for an empty (zero or non-finite) range.
+inline float symmetric_scale(float amax, float qmax) {
+  return amax > 0.0f && amax <= 3.0e38f ? amax / qmax : 1.0f;
+}
+
+// E4M3 bits -> float (exact).
+inline float e4m3_to_float(uint8_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x80u) << 24;
+  const uint32_t exp = (bits >> 3) & 0xfu, mant = bits & 0x7u;
+  if (exp == 0xfu && mant == 0x7u) return std::bit_cast<float>(sign | 0x7fc00000u);  // NaN
+  if (exp == 0) {                                                                    // subnormal: mant * 2^-9
+    const float v = static_cast<float>(mant) * 0.001953125f;
+    return sign ? -v : v;
+  }
+  return std::bit_cast<float>(sign | ((exp + 120u) << 23) | (mant << 20));
+}
+
+// float -> E4M3 bits, round to nearest even, finite values beyond +-448 saturated to +-448, NaN to
+// NaN (0x7f with the sign). What CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) does.
+inline uint8_t float_to_e4m3(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t a = bits & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7fu;   // NaN
+  if (a >= 0x43e00000u) return sign | 0x7eu;  // >= 448 (and Inf): the largest finite value
+  if (a < 0x3c800000u) {                      // below 2^-6: a subnormal, in units of 2^-9
+    // 8 * 2^-9 = 2^-6 is encoding 0x08, the smallest normal: the integer is the encoding.
+    const float units = std::bit_cast<float>(a) * 512.0f;
+    return sign | static_cast<uint8_t>(round_half_even_small(units));
+  }
+  // Round the 23-bit mantissa to 3 bits, ties to even, then rebias the exponent 127 -> 7.
+  const uint32_t rounded = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
+  const uint32_t code = rounded - (120u << 3);
+  return sign | static_cast<uint8_t>(std::min<uint32_t>(code, 0x7eu));  // 464.. rounds to 480: saturate
+}
+
+// The E4M3 value nearest x * inv_scale (float_to_e4m3's rule), as a float.
+inline float quantize_fp8(float x, float inv_scale) {
+  return e4m3_to_float(float_to_e4m3(x * inv_scale));
+}
+
+// Per-output-channel symmetric quantization of a weight laid out [channels, per_channel]: one scale
+// per channel (amax / qmax, see symmetric_scale) and the quantized values as floats (INT8: integers in
+// [-127, 127]; FP8: E4M3 values). `fp8` picks the format.
+struct QuantizedWeights {
+  std::vector<float> scales;  // [channels]
+  std::vector<float> values;  // [channels * per_channel], quantized numbers (not multiplied by the scale)
+};
+inline QuantizedWeights quantize_per_channel(std::span<const float> weights, int64_t channels, bool fp8) {
+  QuantizedWeights out;
+  const int64_t per_channel = channels > 0 ? static_cast<int64_t>(weights.size()) / channels : 0;
+  out.scales.resize(static_cast<size_t>(channels));
+  out.values.resize(weights.size());
+  for (int64_t k = 0; k < channels; ++k) {
+    const std::span<const float> w =
+        weights.subspan(static_cast<size_t>(k * per_channel), static_cast<size_t>(per_channel));
+    float amax = 0.0f;
+    for (float v : w) amax = std::max(amax, v < 0 ? -v : v);
+    const float scale = symmetric_scale(amax, fp8 ? kFp8E4M3Max : kInt8QuantMax);
+    const float inv = 1.0f / scale;
+    out.scales[static_cast<size_t>(k)] = scale;
+    float* q = out.values.data() + k * per_channel;
+    for (int64_t i = 0; i < per_channel; ++i)
+      q[i] = fp8 ? quantize_fp8(w[static_cast<size_t>(i)], inv)
+                 : static_cast<float>(quantize_int8(w[static_cast<size_t>(i)], inv, kInt8WeightMin));
+  }
+  return out;
+}
+
+}  // namespace gpulab

@@ -1,0 +1,88 @@
+#include "plan/interpret_kernels.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace gpulab {
+
+namespace {
+
+// Dot products of n elements. Integer sums are exact in any order, so the plain loop may be
+// vectorized as the compiler likes (pmaddwd); float sums keep a fixed order of `kLanes` partial sums
+// that the compiler maps onto vector lanes.
+inline int32_t dot(const int16_t* x, const int16_t* w, int64_t n) {
+  int32_t sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<int32_t>(x[i]) * static_cast<int32_t>(w[i]);
+  return sum;
+}
+
+template <typename Acc, int kLanes>
+inline Acc dot_lanes(const float* x, const float* w, int64_t n) {
+  Acc lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lanes[j] += static_cast<Acc>(x[i + j]) * static_cast<Acc>(w[i + j]);
+  Acc sum = 0;
+  for (int j = 0; j < kLanes; ++j) sum += lanes[j];
+  for (; i < n; ++i) sum += static_cast<Acc>(x[i]) * static_cast<Acc>(w[i]);
+  return sum;
+}
+inline float dot(const float* x, const float* w, int64_t n) {
+  return dot_lanes<float, 8>(x, w, n);
+}
+inline double dot_f64(const float* x, const float* w, int64_t n) {
+  return dot_lanes<double, 4>(x, w, n);
+}
+
+template <typename In, typename Acc, typename Dot>
+void accumulate(const ConvGeometry& g, const In* x, const In* w, Acc* acc, Dot dot_fn) {
+  const ConvAttrs& a = g.attrs;
+  const int64_t cg = g.x_c / a.groups, kg = g.y_c / a.groups;
+  const int64_t R = a.kernel.h, S = a.kernel.w;
+  const bool depthwise = a.groups > 1 && cg == 1 && kg == 1;
+  // Depthwise: the weights as [R, S, C], so that each tap is one vector over the channels.
+  std::vector<In> taps;
+  if (depthwise) {
+    taps.resize(static_cast<size_t>(R * S * g.y_c));
+    for (int64_t k = 0; k < g.y_c; ++k)
+      for (int64_t t = 0; t < R * S; ++t) taps[static_cast<size_t>(t * g.y_c + k)] = w[k * R * S + t];
+  }
+  for (int64_t n = 0; n < g.batch; ++n)
+    for (int64_t oh = 0; oh < g.y_h; ++oh)
+      for (int64_t ow = 0; ow < g.y_w; ++ow) {
+        Acc* out = acc + ((n * g.y_h + oh) * g.y_w + ow) * g.y_c;
+        std::fill(out, out + g.y_c, Acc{0});
+        for (int64_t r = 0; r < R; ++r) {
+          const int64_t ih = oh * a.stride.h - a.pads.top + r * a.dilation.h;
+          if (ih < 0 || ih >= g.x_h) continue;
+          for (int64_t q = 0; q < S; ++q) {
+            const int64_t iw = ow * a.stride.w - a.pads.left + q * a.dilation.w;
+            if (iw < 0 || iw >= g.x_w) continue;
+            const In* xp = x + ((n * g.x_h + ih) * g.x_w + iw) * g.x_c;
+            if (depthwise) {
+              const In* tp = taps.data() + (r * S + q) * g.y_c;
+              for (int64_t k = 0; k < g.y_c; ++k) out[k] += static_cast<Acc>(xp[k]) * static_cast<Acc>(tp[k]);
+              continue;
+            }
+            for (int64_t k = 0; k < g.y_c; ++k)
+              out[k] += dot_fn(xp + (k / kg) * cg, w + ((k * R + r) * S + q) * cg, cg);
+          }
+        }
+      }
+}
+
+}  // namespace
+
+void conv_accumulate(const ConvGeometry& g, const int16_t* x, const int16_t* w, int32_t* acc) {
+  accumulate(g, x, w, acc, [](const int16_t* a, const int16_t* b, int64_t n) { return dot(a, b, n); });
+}
+
+void conv_accumulate(const ConvGeometry& g, const float* x, const float* w, float* acc) {
+  accumulate(g, x, w, acc, [](const float* a, const float* b, int64_t n) { return dot(a, b, n); });
+}
+
+void conv_accumulate(const ConvGeometry& g, const float* x, const float* w, double* acc) {
+  accumulate(g, x, w, acc, [](const float* a, const float* b, int64_t n) { return dot_f64(a, b, n); });
+}
+
+}  // namespace gpulab

@@ -1,0 +1,122 @@
+// The 8-bit rounding rules of src/core/quant.h against independent definitions: E4M3 by a search
+// over the 254 finite E4M3 values (nearest, ties to the even mantissa), INT8 by std::nearbyint.
+#include "core/quant.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace gpulab {
+namespace {
+
+// E4M3's value from its definition: (-1)^s * 2^(e - 7) * (1 + m/8), subnormal 2^-6 * m/8.
+double e4m3_value(int code) {
+  const int s = code >> 7, e = (code >> 3) & 15, m = code & 7;
+  const double v = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return s ? -v : v;
+}
+
+// Nearest finite E4M3 code by search; ties go to the even code (mantissa LSB 0); beyond 448 saturate.
+uint8_t e4m3_by_search(float x) {
+  if (std::isnan(x)) return std::signbit(x) ? 0xff : 0x7f;
+  int best = -1;
+  double best_d = std::numeric_limits<double>::infinity();
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7f) == 0x7f) continue;  // NaN
+    if (std::signbit(x) != static_cast<bool>(code & 0x80)) continue;
+    const double d = std::abs(e4m3_value(code) - static_cast<double>(x));
+    if (d < best_d || (d == best_d && (code & 1) == 0)) {
+      best_d = d;
+      best = code;
+    }
+  }
+  return static_cast<uint8_t>(best);
+}
+
+TEST(Quant, E4M3DecodesItsDefinition) {
+  for (int code = 0; code < 256; ++code) {
+    const float f = e4m3_to_float(static_cast<uint8_t>(code));
+    if ((code & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(f)) << code;
+      continue;
+    }
+    EXPECT_EQ(static_cast<double>(f), e4m3_value(code)) << code;
+    EXPECT_EQ(float_to_e4m3(f), code == 0x80 ? 0x80 : code) << "round trip of code " << code;
+  }
+  EXPECT_EQ(e4m3_to_float(0x7e), 448.0f);
+  EXPECT_EQ(e4m3_to_float(0x38), 1.0f);
+  EXPECT_EQ(e4m3_to_float(0x01), std::ldexp(1.0f, -9));
+}
+
+TEST(Quant, E4M3RoundsToNearestEvenAndSaturates) {
+  // Every midpoint between neighbours (the ties) and points just beside them.
+  std::vector<float> probes;
+  for (int code = 0; code < 0x7e; ++code) {
+    const double lo = e4m3_value(code), hi = e4m3_value(code + 1);
+    const float mid = static_cast<float>((lo + hi) / 2);
+    for (float p : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) {
+      probes.push_back(p);
+      probes.push_back(-p);
+    }
+  }
+  std::mt19937 rng(34);
+  std::uniform_real_distribution<float> exponent(-14.0f, 10.0f);
+  for (int i = 0; i < 200000; ++i) {
+    const float v = std::exp2(exponent(rng));
+    probes.push_back(i % 2 ? v : -v);
+  }
+  for (float p : probes) ASSERT_EQ(float_to_e4m3(p), e4m3_by_search(p)) << p;
+  EXPECT_EQ(float_to_e4m3(460.0f), 0x7e);  // would round to 448 anyway
+  EXPECT_EQ(float_to_e4m3(500.0f), 0x7e);  // saturated, not NaN
+  EXPECT_EQ(float_to_e4m3(-1e30f), 0xfe);
+  EXPECT_EQ(float_to_e4m3(std::numeric_limits<float>::infinity()), 0x7e);
+  EXPECT_TRUE(std::isnan(e4m3_to_float(float_to_e4m3(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(quantize_fp8(3.0f, 0.5f), 1.5f);
+}
+
+TEST(Quant, Int8RoundsHalfToEvenAndSaturates) {
+  EXPECT_EQ(quantize_int8(2.5f, 1.0f), 2);
+  EXPECT_EQ(quantize_int8(3.5f, 1.0f), 4);
+  EXPECT_EQ(quantize_int8(-2.5f, 1.0f), -2);
+  EXPECT_EQ(quantize_int8(-0.5f, 1.0f), 0);
+  EXPECT_EQ(quantize_int8(126.6f, 1.0f), 127);
+  EXPECT_EQ(quantize_int8(1e9f, 1.0f), 127);
+  EXPECT_EQ(quantize_int8(-1e9f, 1.0f), -128);
+  EXPECT_EQ(quantize_int8(-1e9f, 1.0f, kInt8WeightMin), -127);
+  EXPECT_EQ(quantize_int8(std::numeric_limits<float>::quiet_NaN(), 1.0f), 0);
+  EXPECT_EQ(quantize_int8(1.0f, 10.0f), 10);  // x * inv_scale
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> dist(-140.0f, 140.0f);
+  for (int i = 0; i < 100000; ++i) {
+    const float v = dist(rng);
+    const float want = std::min(127.0f, std::max(-128.0f, std::nearbyint(v)));
+    ASSERT_EQ(quantize_int8(v, 1.0f), static_cast<int8_t>(want)) << v;
+  }
+}
+
+TEST(Quant, PerChannelWeightsUseTheirOwnRange) {
+  // Channel 0 spans +-127 (scale 1), channel 1 is zero, channel 2 spans +-448.
+  const std::vector<float> w = {127.0f, -63.5f, 0.0f, 0.0f, 0.0f, 0.0f, -448.0f, 1.0f, 0.001f};
+  const QuantizedWeights q = quantize_per_channel(w, 3, /*fp8=*/false);
+  ASSERT_EQ(q.scales.size(), 3u);
+  EXPECT_EQ(q.scales[0], 1.0f);
+  EXPECT_EQ(q.scales[1], 1.0f);  // an all-zero channel
+  EXPECT_FLOAT_EQ(q.scales[2], 448.0f / 127.0f);
+  EXPECT_EQ(q.values[0], 127.0f);
+  EXPECT_EQ(q.values[1], -64.0f);  // -63.5 rounds to even
+  EXPECT_EQ(q.values[6], -127.0f);
+  EXPECT_EQ(q.values[8], 0.0f);
+  const QuantizedWeights f = quantize_per_channel(w, 3, /*fp8=*/true);
+  EXPECT_FLOAT_EQ(f.scales[2], 1.0f);
+  EXPECT_EQ(f.values[6], -448.0f);
+  EXPECT_EQ(f.values[7], 1.0f);
+  EXPECT_EQ(f.values[8], std::ldexp(1.0f, -9));  // 0.001 * 512 = 0.512: the smallest subnormal
+  EXPECT_EQ(f.values[0], 448.0f);
+}
+
+}  // namespace
+}  // namespace gpulab
