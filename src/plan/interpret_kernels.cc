@@ -73,14 +73,25 @@ void accumulate(const ConvGeometry& g, const In* x, const In* w, Acc* acc, Dot d
 
 }  // namespace
 
+// Each entry point is compiled for AVX-512, AVX2 and the baseline and picked at load time by the
+// CPU it runs on (GCC's function multi-versioning); flatten inlines the loops into each version.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GPULAB_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), flatten))
+#else
+#define GPULAB_VECTOR_CLONES
+#endif
+
+GPULAB_VECTOR_CLONES
 void conv_accumulate(const ConvGeometry& g, const int16_t* x, const int16_t* w, int32_t* acc) {
   accumulate(g, x, w, acc, [](const int16_t* a, const int16_t* b, int64_t n) { return dot(a, b, n); });
 }
 
+GPULAB_VECTOR_CLONES
 void conv_accumulate(const ConvGeometry& g, const float* x, const float* w, float* acc) {
   accumulate(g, x, w, acc, [](const float* a, const float* b, int64_t n) { return dot(a, b, n); });
 }
 
+GPULAB_VECTOR_CLONES
 void conv_accumulate(const ConvGeometry& g, const float* x, const float* w, double* acc) {
   accumulate(g, x, w, acc, [](const float* a, const float* b, int64_t n) { return dot_f64(a, b, n); });
 }
