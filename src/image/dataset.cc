@@ -51,16 +51,16 @@ Result<std::vector<fs::path>> list_images(std::span<const std::string> files_or_
   return out;
 }
 
-Result<std::vector<LabelledImage>> load_labelled_folder(const fs::path& folder) {
+Result<std::vector<LabelledImage>> load_labelled_folder(const fs::path& folder, const fs::path& labels_tsv) {
   if (!fs::is_directory(folder)) {
     return Status::not_found(fmt::format("dataset '{}': no such folder. Check the path.", folder.string()));
   }
-  const fs::path tsv = folder / "labels.tsv";
+  const fs::path tsv = labels_tsv.empty() ? folder / "labels.tsv" : labels_tsv;
   if (!fs::exists(tsv)) {
     return Status::not_found(
-        fmt::format("dataset '{}': no labels.tsv. A labelled folder needs labels.tsv with "
+        fmt::format("dataset '{}': no labels file '{}'. A labelled folder needs labels.tsv with "
                     "rows '<file><TAB><class index>[<TAB><wnid>]'.",
-                    folder.string()));
+                    folder.string(), tsv.string()));
   }
   GPULAB_ASSIGN_OR_RETURN(std::string text, read_file_text(tsv));
   std::vector<LabelledImage> images;

@@ -30,6 +30,9 @@ struct LabelledImage {
 //                        relative to <folder>, `wnid` is optional.
 // Images are listed in file order, not decoded. Missing folder or labels.tsv: kNotFound; a
 // malformed row, or a row naming a missing image: kInvalidFile (the message names the line).
-Result<std::vector<LabelledImage>> load_labelled_folder(const std::filesystem::path& folder);
+// `labels_tsv`, when not empty, is read instead of <folder>/labels.tsv (its files stay relative to
+// <folder>).
+Result<std::vector<LabelledImage>> load_labelled_folder(const std::filesystem::path& folder,
+                                                        const std::filesystem::path& labels_tsv = {});
 
 }  // namespace gpulab

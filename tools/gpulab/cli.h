@@ -26,6 +26,10 @@ int report(const Status& status);
   if (!tmp.is_ok()) return ::gpulab::cli::report(tmp.status()); \
   decl = std::move(tmp).value()
 
+// The command line as the process received it, arguments separated by spaces (for the JSON's
+// environment blocks); "" when /proc/self/cmdline cannot be read.
+std::string process_command_line();
+
 // Makes `sub` run `body` when it is chosen; a non-zero return ends the process with that code
 // (after CLI11 has finished, so output is flushed and destructors run).
 void on_run(CLI::App* sub, std::function<int()> body);
@@ -36,6 +40,7 @@ void add_classify_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_build_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_accuracy_command(CLI::App& app);
 void add_monitor_command(CLI::App& app);
 void add_bandwidth_command(CLI::App& app);
 

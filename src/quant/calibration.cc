@@ -1,0 +1,186 @@
+#include "quant/calibration.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/file_io.h"
+#include "core/quant.h"
+#include "image/dataset.h"
+#include "image/decode.h"
+#include "plan/interpret.h"
+#include "plan/lower.h"
+#include "plan/plan.h"
+
+namespace gpulab {
+
+namespace fs = std::filesystem;
+
+Result<std::string> model_file_hash(const fs::path& onnx_path) {
+  GPULAB_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, read_file_bytes(onnx_path));
+  return fmt::format("{:016x}", fnv1a64(bytes));
+}
+
+Result<std::vector<fs::path>> calibration_images(const fs::path& folder) {
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec))
+    return Status::not_found(fmt::format(
+        "calibration data '{}': no such folder. Give --calibration-data a folder of images like the model's "
+        "inputs (a few hundred photos).",
+        folder.string()));
+  if (fs::exists(folder / "labels.tsv", ec)) {
+    GPULAB_ASSIGN_OR_RETURN(const std::vector<LabelledImage> items, load_labelled_folder(folder));
+    std::vector<fs::path> out;
+    for (const auto& item : items) out.push_back(item.path);
+    if (out.empty())
+      return Status::not_found(
+          fmt::format("calibration data '{}': its labels.tsv lists no images. Give a "
+                      "folder of images like the model's inputs.",
+                      folder.string()));
+    return out;
+  }
+  const std::string arg = folder.string();
+  auto listed = list_images(std::span<const std::string>(&arg, 1));
+  if (!listed.is_ok()) return listed.status().with_context("calibration data");
+  return listed;
+}
+
+std::vector<int64_t> spread_subset(int64_t total, int64_t count) {
+  std::vector<int64_t> out;
+  if (total <= 0 || count <= 0) return out;
+  count = std::min(count, total);
+  for (int64_t j = 0; j < count; ++j) out.push_back(j * total / count);
+  return out;
+}
+
+namespace {
+
+// Decodes and preprocesses images[first, first + count) into one NCHW batch.
+Result<std::vector<float>> load_batch(std::span<const fs::path> images, const PreprocessSpec& spec) {
+  const int64_t per_image = spec.image_numel();
+  std::vector<float> batch(static_cast<size_t>(per_image) * images.size());
+  for (size_t i = 0; i < images.size(); ++i) {
+    auto image = decode_image(images[i]);
+    if (!image.is_ok()) return image.status().with_context("calibration image '" + images[i].string() + "'");
+    GPULAB_TRY(preprocess(*image, spec, std::span<float>(batch).subspan(i * per_image, per_image)));
+  }
+  return batch;
+}
+
+}  // namespace
+
+Result<CalibrationStatistics> collect_statistics(const Graph& graph, std::span<const fs::path> images,
+                                                 const PreprocessSpec& spec,
+                                                 const StatisticsOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const int threads = options.num_threads > 0
+                          ? options.num_threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // A plain NHWC input value (no space-to-depth), so that the image's statistics hold no padding.
+  BuildOptions build{.precision = Precision::kFp32, .max_batch = 2 * threads};
+  build.stem_space_to_depth = false;
+  GPULAB_ASSIGN_OR_RETURN(const Plan plan, lower_graph(graph, build));
+  if (plan.input_channels != 3 || plan.input_h != spec.output_size || plan.input_w != spec.output_size)
+    return Status::invalid_argument(fmt::format(
+        "calibration: the model takes [{}, {}, {}] images, the preprocessing makes [3, {}, {}]. Check the "
+        "model's preprocess.* metadata.",
+        plan.input_channels, plan.input_h, plan.input_w, spec.output_size, spec.output_size));
+  CalibrationStatistics stats;
+  for (const PlanValue& v : plan.values) stats.tensors[v.name];
+  const int64_t total = static_cast<int64_t>(images.size());
+  const int64_t per_batch = build.max_batch;
+  std::vector<float> valid;
+  for (int64_t first = 0; first < total; first += per_batch) {
+    const int64_t count = std::min(per_batch, total - first);
+    GPULAB_ASSIGN_OR_RETURN(
+        const std::vector<float> input,
+        load_batch(images.subspan(static_cast<size_t>(first), static_cast<size_t>(count)), spec));
+    std::vector<std::vector<float>> values;
+    InterpretOptions run{.values = &values, .num_threads = threads};
+    GPULAB_TRY(interpret_plan(plan, input, count, run).status());
+    for (size_t i = 0; i < plan.values.size(); ++i) {
+      const PlanValue& v = plan.values[i];
+      if (values[i].empty()) continue;
+      MagnitudeHistogram& h = stats.tensors[v.name];
+      if (v.c == v.c_valid) {
+        h.add(values[i]);
+        continue;
+      }
+      valid.clear();
+      for (size_t p = 0; p < values[i].size(); p += static_cast<size_t>(v.c))
+        valid.insert(valid.end(), values[i].begin() + static_cast<std::ptrdiff_t>(p),
+                     values[i].begin() + static_cast<std::ptrdiff_t>(p + v.c_valid));
+      h.add(valid);
+    }
+    stats.images += count;
+    if (options.progress) options.progress(stats.images, total);
+  }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+CalibrationCache calibrate(const CalibrationStatistics& statistics, Calibrator calibrator,
+                           double percentile) {
+  CalibrationCache cache;
+  cache.calibrator = calibrator;
+  cache.percentile = percentile;
+  cache.images = statistics.images;
+  for (const auto& [name, histogram] : statistics.tensors)
+    if (histogram.count() > 0) cache.amax[name] = calibrated_amax(histogram, calibrator, percentile);
+  return cache;
+}
+
+Status save_calibration_cache(const CalibrationCache& cache, const fs::path& path) {
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const auto& [name, amax] : cache.amax)
+    tensors[name] = {{"amax", amax},
+                     {"int8_scale", symmetric_scale(amax, kInt8QuantMax)},
+                     {"fp8_scale", symmetric_scale(amax, kFp8E4M3Max)}};
+  const nlohmann::json j = {{"schema", "gpulab.calibration"},
+                            {"schema_version", 1},
+                            {"model", cache.model},
+                            {"model_fnv1a64", cache.model_hash},
+                            {"calibrator", std::string(calibrator_name(cache.calibrator))},
+                            {"percentile", cache.percentile},
+                            {"images", cache.images},
+                            {"tensors", std::move(tensors)}};
+  return write_file_atomic(path, j.dump(1) + "\n");
+}
+
+Result<CalibrationCache> load_calibration_cache(const fs::path& path, const std::string& model_hash) {
+  GPULAB_ASSIGN_OR_RETURN(const std::string text, read_file_text(path));
+  CalibrationCache cache;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.at("schema").get<std::string>() != "gpulab.calibration" || j.at("schema_version").get<int>() != 1)
+      throw std::runtime_error("not a gpulab.calibration schema version 1 file");
+    cache.model = j.value("model", "");
+    cache.model_hash = j.at("model_fnv1a64").get<std::string>();
+    auto calibrator = parse_calibrator(j.at("calibrator").get<std::string>());
+    if (!calibrator.is_ok()) throw std::runtime_error(calibrator.status().message());
+    cache.calibrator = *calibrator;
+    cache.percentile = j.at("percentile").get<double>();
+    cache.images = j.at("images").get<int64_t>();
+    for (const auto& [name, t] : j.at("tensors").items()) {
+      const float amax = t.at("amax").get<float>();
+      if (!(amax >= 0.0f) || !std::isfinite(amax))
+        throw std::runtime_error("tensor '" + name + "' has amax " + std::to_string(amax));
+      cache.amax[name] = amax;
+    }
+  } catch (const std::exception& e) {
+    return Status::invalid_file(
+        fmt::format("calibration cache '{}': {}. Delete it to calibrate again.", path.string(), e.what()));
+  }
+  if (cache.model_hash != model_hash)
+    return Status::invalid_argument(fmt::format(
+        "calibration cache '{}' was made for another model ('{}', FNV-1a 64 {}; this model's is {}). Give "
+        "--calibration-cache a new file to calibrate this model, or the cache made for it.",
+        path.string(), cache.model, cache.model_hash, model_hash));
+  return cache;
+}
+
+}  // namespace gpulab

@@ -1,0 +1,183 @@
+// Calibration and the accuracy gate on a small residual network (tests/residual_net.h) and
+// generated 8x8 PPM photos: the statistics cover every value, the cache keeps the ranges for its
+// model only, the gate scores and falls back, and the folder checks give their messages.
+#include "quant/calibration.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "core/file_io.h"
+#include "plan/lower.h"
+#include "quant/accuracy.h"
+#include "residual_net.h"
+
+namespace gpulab {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh folder with `count` random 8x8 PPM images img_000.ppm ... and a labels.tsv.
+fs::path make_photos(const std::string& name, int count) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpulab-quant-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::mt19937 rng(static_cast<uint32_t>(count));
+  std::ofstream labels(dir / "labels.tsv");
+  labels << "file\tindex\n";
+  for (int i = 0; i < count; ++i) {
+    const std::string file = "img_" + std::to_string(1000 + i).substr(1) + ".ppm";
+    std::ofstream out(dir / file, std::ios::binary);
+    out << "P6\n8 8\n255\n";
+    for (int p = 0; p < 8 * 8 * 3; ++p) out.put(static_cast<char>(rng() & 0xff));
+    labels << file << "\t" << i % 10 << "\n";
+  }
+  return dir;
+}
+
+PreprocessSpec tiny_spec() {
+  PreprocessSpec spec = PreprocessSpec::torchvision_imagenet();
+  spec.output_size = 8;
+  spec.resize_shorter = 8;
+  return spec;
+}
+
+TEST(Calibration, StatisticsCoverEveryValue) {
+  const Graph graph = testing::residual_net();
+  const fs::path dir = make_photos("stats", 6);
+  auto images = calibration_images(dir);
+  ASSERT_TRUE(images.is_ok()) << images.status().to_string();
+  ASSERT_EQ(images->size(), 6u);
+  int64_t calls = 0;
+  auto stats = collect_statistics(graph, *images, tiny_spec(),
+                                  {.num_threads = 2, .progress = [&](int64_t, int64_t total) {
+                                     ++calls;
+                                     EXPECT_EQ(total, 6);
+                                   }});
+  ASSERT_TRUE(stats.is_ok()) << stats.status().to_string();
+  EXPECT_EQ(stats->images, 6);
+  EXPECT_GE(calls, 1);
+  for (const char* name : {"input", "a", "b", "c", "d", "e", "logits"}) {
+    ASSERT_TRUE(stats->tensors.contains(name)) << name;
+    EXPECT_EQ(stats->tensors.at(name).count() % 6, 0) << name;
+  }
+  // The input's statistics hold the 3 image channels only (no channel padding): 6 x 3 x 64.
+  EXPECT_EQ(stats->tensors.at("input").count(), 6 * 3 * 64);
+  EXPECT_LE(stats->tensors.at("b").amax(), 6.0f) << "b is clipped to [0, 6]";
+  const CalibrationCache minmax = calibrate(*stats, Calibrator::kMinMax, 99.99);
+  const CalibrationCache entropy = calibrate(*stats, Calibrator::kEntropy, 99.99);
+  for (const auto& [name, amax] : minmax.amax) {
+    EXPECT_GT(amax, 0.0f) << name;
+    EXPECT_LE(entropy.amax.at(name), amax) << name;
+  }
+  // The ranges build an INT8 plan.
+  BuildOptions options{.precision = Precision::kInt8, .max_batch = 2};
+  options.activation_amax = entropy.amax;
+  EXPECT_TRUE(lower_graph(graph, options).is_ok());
+  fs::remove_all(dir);
+}
+
+TEST(Calibration, CacheIsReusedOnlyForItsModel) {
+  const fs::path dir = make_photos("cache", 1);
+  CalibrationCache cache;
+  cache.model = "residual.onnx";
+  cache.model_hash = "0123456789abcdef";
+  cache.calibrator = Calibrator::kPercentile;
+  cache.percentile = 99.9;
+  cache.images = 12;
+  cache.amax = {{"input", 2.5f}, {"a", 0.0f}};
+  const fs::path path = dir / "cache.json";
+  ASSERT_TRUE(save_calibration_cache(cache, path).is_ok());
+  auto back = load_calibration_cache(path, "0123456789abcdef");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->amax, cache.amax);
+  EXPECT_EQ(back->calibrator, Calibrator::kPercentile);
+  EXPECT_EQ(back->percentile, 99.9);
+  EXPECT_EQ(back->images, 12);
+  auto other = load_calibration_cache(path, "fedcba9876543210");
+  ASSERT_FALSE(other.is_ok());
+  EXPECT_EQ(other.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(other.status().message().find("was made for another model"), std::string::npos)
+      << other.status().message();
+  ASSERT_TRUE(
+      write_file_atomic(dir / "bad.json", std::string_view("{\"schema\": \"gpulab.bench\"}")).is_ok());
+  EXPECT_EQ(load_calibration_cache(dir / "bad.json", "x").status().code(), StatusCode::kInvalidFile);
+  EXPECT_EQ(load_calibration_cache(dir / "missing.json", "x").status().code(), StatusCode::kNotFound);
+  fs::remove_all(dir);
+}
+
+TEST(Calibration, FoldersWithoutImagesAreRefused) {
+  const auto missing = calibration_images("/nonexistent/calibration");
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("no such folder"), std::string::npos);
+  const fs::path empty = fs::temp_directory_path() / ("gpulab-quant-empty-" + std::to_string(::getpid()));
+  fs::create_directories(empty);
+  const auto none = calibration_images(empty);
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("no images"), std::string::npos) << none.status().message();
+  fs::remove_all(empty);
+}
+
+TEST(Calibration, SpreadSubsetCoversTheList) {
+  EXPECT_EQ(spread_subset(10, 5), (std::vector<int64_t>{0, 2, 4, 6, 8}));
+  EXPECT_EQ(spread_subset(3, 5), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(spread_subset(1000, 200).back(), 995);
+  EXPECT_TRUE(spread_subset(0, 5).empty());
+}
+
+TEST(AccuracyGate, ScoresFallsBackAndLocalises) {
+  const Graph graph = testing::residual_net();
+  const fs::path dir = make_photos("gate", 24);
+  auto items = load_labelled_folder(dir);
+  ASSERT_TRUE(items.is_ok()) << items.status().to_string();
+  auto set = load_labelled_set(*items, tiny_spec(), {});
+  ASSERT_TRUE(set.is_ok()) << set.status().to_string();
+  auto fp32 = fp32_reference(graph, *set, {.num_threads = 2});
+  ASSERT_TRUE(fp32.is_ok()) << fp32.status().to_string();
+  EXPECT_EQ(score(*fp32, *set, *fp32).agreement, 1.0);
+
+  auto fp16 = measure_agreement(graph, *set, *fp32, {.precision = Precision::kFp16});
+  ASSERT_TRUE(fp16.is_ok()) << fp16.status().to_string();
+  EXPECT_GE(fp16->final.agreement, 0.95);
+  EXPECT_LT(fp16->final.logits_rel_l2, 1e-2);
+
+  auto images = calibration_images(dir);
+  ASSERT_TRUE(images.is_ok());
+  auto stats = collect_statistics(graph, *images, tiny_spec());
+  ASSERT_TRUE(stats.is_ok());
+  AccuracyOptions options{.precision = Precision::kInt8,
+                          .activation_amax = calibrate(*stats, Calibrator::kMinMax, 99.99).amax,
+                          .gate = 1.0,
+                          .fallback = true,
+                          .per_layer = true,
+                          .per_layer_images = 8};
+  auto int8 = measure_agreement(graph, *set, *fp32, options);
+  ASSERT_TRUE(int8.is_ok()) << int8.status().to_string();
+  EXPECT_EQ(int8->plain_quantized_flops_share, 1.0);
+  EXPECT_LT(int8->plain.logits_rel_l2, 0.1);
+  // Every Conv/Gemm layer is localised, worst first.
+  ASSERT_EQ(int8->layers.size(), 4u);
+  EXPECT_EQ(int8->per_layer_images, 8);
+  for (size_t i = 1; i < int8->layers.size(); ++i)
+    EXPECT_LE(int8->layers[i - 1].alone_logits_sqnr_db, int8->layers[i].alone_logits_sqnr_db);
+  // A gate of 100% is met after moving layers, or by moving them all.
+  EXPECT_TRUE(int8->gate_met || int8->fallback_layers.size() == 4u);
+  if (!int8->fallback_layers.empty()) {
+    EXPECT_EQ(int8->fallback_layers[0], int8->layers[0].name) << "the worst layer moves first";
+    EXPECT_LT(int8->final_quantized_flops_share, 1.0);
+    EXPECT_NEAR(int8->final_quantized_flops_share + int8->fallback_flops_share, 1.0, 1e-9);
+    EXPECT_EQ(int8->layer_precision.at(int8->fallback_layers[0]), Precision::kFp16);
+  }
+  EXPECT_GE(int8->final.agreement, int8->plain.agreement);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gpulab

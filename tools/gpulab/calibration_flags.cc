@@ -1,0 +1,95 @@
+#include "calibration_flags.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/log.h"
+#include "progress.h"
+
+namespace gpulab::cli {
+
+namespace fs = std::filesystem;
+
+void add_calibration_flags(CLI::App* sub, CalibrationFlags* flags, int64_t default_images) {
+  flags->images = default_images;
+  sub->add_option("--calibration-data", flags->data,
+                  "INT8/FP8: folder of images to calibrate on (its labels.tsv's images, or its image files)");
+  sub->add_option("--calibrator", flags->calibrator, "INT8/FP8: entropy (default), percentile or minmax")
+      ->check(CLI::IsMember({"entropy", "percentile", "minmax"}));
+  sub->add_option("--percentile", flags->percentile,
+                  "The percentile calibrator's percentile of |x| (default 99.99)")
+      ->check(CLI::Range(0.0, 100.0));
+  sub->add_option(
+         "--calibration-images", flags->images,
+         fmt::format("Images to calibrate on, spread evenly over the folder (default {})", default_images))
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  sub->add_option("--calibration-cache", flags->cache,
+                  "Calibration cache (JSON): reused when it was made for this model, else written");
+}
+
+Result<PreprocessSpec> model_preprocess(const Graph& graph) {
+  const bool named = std::any_of(graph.metadata.begin(), graph.metadata.end(),
+                                 [](const auto& kv) { return kv.first.starts_with("preprocess."); });
+  if (named) return preprocess_from_metadata(graph.metadata);
+  log_warning(
+      "the model names no preprocessing (no preprocess.* metadata); using torchvision's ImageNet "
+      "transform.");
+  return PreprocessSpec::torchvision_imagenet();
+}
+
+Result<std::vector<fs::path>> picked_calibration_images(const CalibrationFlags& flags) {
+  GPULAB_ASSIGN_OR_RETURN(const std::vector<fs::path> all, calibration_images(flags.data));
+  std::vector<fs::path> out;
+  for (int64_t i : spread_subset(static_cast<int64_t>(all.size()), flags.images))
+    out.push_back(all[static_cast<size_t>(i)]);
+  return out;
+}
+
+Result<Calibration> calibrate_model(const CalibrationFlags& flags, const std::string& model_path,
+                                    const Graph& graph, const PreprocessSpec& spec, int num_threads) {
+  GPULAB_ASSIGN_OR_RETURN(const std::string hash, model_file_hash(model_path));
+  Calibration out;
+  std::error_code ec;
+  if (!flags.cache.empty() && fs::exists(flags.cache, ec)) {
+    GPULAB_ASSIGN_OR_RETURN(out.cache, load_calibration_cache(flags.cache, hash));
+    if (!flags.calibrator.empty() && flags.calibrator != calibrator_name(out.cache.calibrator))
+      return Status::invalid_argument(fmt::format(
+          "calibration cache '{}' holds {} ranges, --calibrator asks for {}. Give another "
+          "--calibration-cache "
+          "file to calibrate with {}, or leave --calibrator out to use the cache.",
+          flags.cache, calibrator_name(out.cache.calibrator), flags.calibrator, flags.calibrator));
+    out.from_cache = true;
+    log_info("calibration: {} ranges of {} images from '{}'", calibrator_name(out.cache.calibrator),
+             out.cache.images, flags.cache);
+    return out;
+  }
+  if (flags.data.empty())
+    return Status::invalid_argument(
+        "an INT8/FP8 plan needs activation ranges: give --calibration-data DIR (a few hundred images like "
+        "the "
+        "model's inputs), or --calibration-cache FILE made for this model.");
+  GPULAB_ASSIGN_OR_RETURN(out.images, picked_calibration_images(flags));
+  Calibrator calibrator = Calibrator::kEntropy;
+  if (!flags.calibrator.empty()) {
+    GPULAB_ASSIGN_OR_RETURN(calibrator, parse_calibrator(flags.calibrator));
+  }
+  ProgressLine progress;
+  StatisticsOptions options{.num_threads = num_threads, .progress = [&progress](int64_t done, int64_t total) {
+                              progress.update("calibrating (fp32, cpu)", done, total);
+                            }};
+  GPULAB_ASSIGN_OR_RETURN(const CalibrationStatistics stats,
+                          collect_statistics(graph, out.images, spec, options));
+  progress.clear();
+  out.seconds = stats.seconds;
+  out.cache = calibrate(stats, calibrator, flags.percentile);
+  out.cache.model = fs::path(model_path).filename().string();
+  out.cache.model_hash = hash;
+  log_info("calibration: {} ranges of {} tensors from {} images in {:.1f} s", calibrator_name(calibrator),
+           out.cache.amax.size(), stats.images, stats.seconds);
+  if (!flags.cache.empty()) GPULAB_TRY(save_calibration_cache(out.cache, flags.cache));
+  return out;
+}
+
+}  // namespace gpulab::cli
