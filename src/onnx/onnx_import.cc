@@ -248,7 +248,8 @@ Status Importer::check_old_softmax() const {
 }
 
 // Pad (mode "constant", value 0) of the two spatial dimensions of a 4-D tensor: no
-// node; the Conv or AveragePool that reads it takes the padding (convert_node).
+// node; the Conv or AveragePool that reads it takes the padding (convert_conv, convert_pool:
+// import_ops.cc).
 Status Importer::convert_pad(const NodeContext& c) {
   const onnx::NodeProto& n = c.n;
   const std::string& where = c.where;
