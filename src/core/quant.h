@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -105,6 +106,15 @@ inline uint8_t float_to_e4m3(float x) {
 // The E4M3 value nearest x * inv_scale (float_to_e4m3's rule), as a float.
 inline float quantize_fp8(float x, float inv_scale) {
   return e4m3_to_float(float_to_e4m3(x * inv_scale));
+}
+
+// ONNX QuantizeLinear then DequantizeLinear (the float equivalent of a Q/DQ pair that no INT8
+// layer takes over): q = clamp(round_half_to_even(x / scale) + zero_point, qmin, qmax), then
+// (q - zero_point) * scale; NaN gives 0.
+inline float fake_quantize(float x, float scale, float zero_point, float qmin, float qmax) {
+  const float q = std::nearbyint(x / scale) + zero_point;
+  if (q != q) return 0.0f;
+  return (std::min(std::max(q, qmin), qmax) - zero_point) * scale;
 }
 
 // Per-output-channel symmetric quantization of a weight laid out [channels, per_channel]: one scale

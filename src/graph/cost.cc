@@ -95,6 +95,7 @@ NodeCost node_cost(const Graph& graph, const Node& node, int64_t batch, DataType
     case OpType::kHardSigmoid:
     case OpType::kHardSwish:
     case OpType::kSigmoid: c.flops = 3.0 * out_n; break;
+    case OpType::kQuantizeDequantize: c.flops = 4.0 * out_n; break;  // divide, round, clamp, multiply
     case OpType::kAdd:
     case OpType::kMul:
     case OpType::kRelu:

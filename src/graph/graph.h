@@ -45,6 +45,9 @@ enum class OpType {
   kSigmoid,
   kHardSigmoid,
   kHardSwish,
+  // A QuantizeLinear -> DequantizeLinear pair (QDQ form) as one float op; the importer makes it
+  // and fold_qdq removes the pairs an INT8 plan takes over. See QuantizeAttrs.
+  kQuantizeDequantize,
 };
 
 // ONNX op_type spelling ("Conv", "BatchNormalization", ...).
@@ -126,8 +129,20 @@ struct HardSigmoidAttrs {
   float beta = 0.5f;
 };
 
-using NodeAttrs = std::variant<std::monostate, ConvAttrs, BatchNormAttrs, ClipAttrs, PoolAttrs, FlattenAttrs,
-                               ReshapeAttrs, GemmAttrs, AxisAttrs, UnsqueezeAttrs, HardSigmoidAttrs>;
+// kQuantizeDequantize: ONNX QuantizeLinear then DequantizeLinear,
+//   q = clamp(round_half_to_even(x / scale) + zero_point, qmin, qmax),  y = (q - zero_point) * scale,
+// with one scale and zero point per tensor, or one per index of `axis`. [qmin, qmax] is the
+// quantized type's range: [-128, 127] for int8, [0, 255] for uint8.
+struct QuantizeAttrs {
+  std::vector<float> scale;
+  std::vector<int64_t> zero_point;  // as many as scale
+  int64_t axis = 1;
+  int64_t qmin = -128, qmax = 127;
+};
+
+using NodeAttrs =
+    std::variant<std::monostate, ConvAttrs, BatchNormAttrs, ClipAttrs, PoolAttrs, FlattenAttrs, ReshapeAttrs,
+                 GemmAttrs, AxisAttrs, UnsqueezeAttrs, HardSigmoidAttrs, QuantizeAttrs>;
 
 struct Node {
   std::string name;

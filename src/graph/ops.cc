@@ -6,7 +6,7 @@
 namespace gpulab {
 namespace {
 
-constexpr std::array<std::pair<OpType, std::string_view>, 24> kOpNames{{
+constexpr std::array<std::pair<OpType, std::string_view>, 25> kOpNames{{
     {OpType::kConv, "Conv"},
     {OpType::kBatchNormalization, "BatchNormalization"},
     {OpType::kRelu, "Relu"},
@@ -31,6 +31,8 @@ constexpr std::array<std::pair<OpType, std::string_view>, 24> kOpNames{{
     {OpType::kSigmoid, "Sigmoid"},
     {OpType::kHardSigmoid, "HardSigmoid"},
     {OpType::kHardSwish, "HardSwish"},
+    // Not an ONNX op_type (the importer pairs the two nodes), so no model names it.
+    {OpType::kQuantizeDequantize, "QuantizeLinear+DequantizeLinear"},
 }};
 
 }  // namespace
@@ -50,11 +52,14 @@ std::optional<OpType> op_from_name(std::string_view onnx_name) {
 std::string supported_ops_list() {
   std::string s;
   for (const auto& [type, name] : kOpNames) {
+    if (type == OpType::kQuantizeDequantize) continue;  // named below
     if (!s.empty()) s += ", ";
     s += name;
   }
   // Imported as other ops (onnx_import.cc): no OpType of their own.
-  return s + ", Pad (zeros, into the padding of a Conv or AveragePool), ReduceMean (over H and W)";
+  return s +
+         ", Pad (zeros, into the padding of a Conv or AveragePool), ReduceMean (over H and W), "
+         "QuantizeLinear and DequantizeLinear (in pairs, or dequantizing constants)";
 }
 
 std::string_view activation_name(Activation a) {

@@ -440,6 +440,7 @@ Result<std::vector<ValueInfo>> infer_dispatch(const Node& node, const std::vecto
     case OpType::kSigmoid:
     case OpType::kHardSigmoid:
     case OpType::kHardSwish:
+    case OpType::kQuantizeDequantize:
     case OpType::kIdentity:
     case OpType::kDropout: {
       ValueInfo out = same_as(*in[0]);

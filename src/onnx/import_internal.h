@@ -26,7 +26,8 @@ struct ImportContext {
   int64_t opset = 0;
 };
 
-// Converts a TensorProto; float16 becomes float32 and int32 becomes int64. `where` names the
+// Converts a TensorProto; float16 becomes float32 and int32 becomes int64; int8 and uint8 (Q/DQ
+// weights and zero points) stay 8-bit. `where` names the
 // tensor in messages.
 Result<Tensor> convert_tensor(const onnx::TensorProto& t, const ImportContext& ctx, const std::string& where);
 
@@ -105,5 +106,18 @@ Result<const Tensor*> constant_input(const NodeContext& c, int i, const char* wh
 
 // The value of a Constant node (its `value*` attribute).
 Result<Tensor> convert_constant(const NodeContext& c, const ImportContext& ctx);
+
+// QuantizeLinear / DequantizeLinear (import_qdq.cc). The scale (input 1: constant float, scalar or
+// 1-D), zero point (input 2: constant int8 or uint8; absent: uint8 0, as ONNX defines) and axis of
+// either node; qmin/qmax from the zero point's type.
+Result<QuantizeAttrs> read_quantize_params(const NodeContext& c);
+bool same_quantize_params(const QuantizeAttrs& a, const QuantizeAttrs& b);
+// An int8/uint8 constant dequantized, (q - zero_point) * scale; a float constant quantized and
+// dequantized (core/quant.h's fake_quantize).
+Result<Tensor> dequantize_constant(const Tensor& q, const QuantizeAttrs& a, const std::string& where);
+Result<Tensor> fake_quantize_constant(const Tensor& x, const QuantizeAttrs& a, const std::string& where);
+// One INT8 scale per output channel (axis 0) of a weight of `shape` quantized with `a`: symmetric
+// int8 only (zero point 0, [-128, 127]), per tensor or along axis 0; nullopt otherwise.
+std::optional<std::vector<float>> int8_weight_scales(const QuantizeAttrs& a, const Shape& shape);
 
 }  // namespace gpulab::onnx_import

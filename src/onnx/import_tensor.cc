@@ -97,12 +97,14 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& t, const ImportContext& c
     case onnx::TensorProto::INT64:
     case onnx::TensorProto::DOUBLE: elem = 8; break;
     case onnx::TensorProto::FLOAT16: elem = 2; break;
-    case onnx::TensorProto::BOOL: elem = 1; break;
+    case onnx::TensorProto::BOOL:
+    case onnx::TensorProto::INT8:
+    case onnx::TensorProto::UINT8: elem = 1; break;
     default:
       return Status::unsupported(
           where + ": element type " +
           onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(t.data_type())) +
-          " is not supported (float32, float16, float64, int32, int64, bool are).");
+          " is not supported (float32, float16, float64, int32, int64, bool, int8, uint8 are).");
   }
   // Raw little-endian bytes in the stored element type.
   std::vector<std::byte> raw;
@@ -133,7 +135,7 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& t, const ImportContext& c
         if (static_cast<size_t>(t.double_data_size()) != n) return count_error(t.double_data_size());
         if (n) std::memcpy(dst, t.double_data().data(), n * 8);
         break;
-      default:  // INT32, FLOAT16 and BOOL are stored in int32_data
+      default:  // INT32, FLOAT16, BOOL, INT8 and UINT8 are stored in int32_data
         if (static_cast<size_t>(t.int32_data_size()) != n) return count_error(t.int32_data_size());
         for (size_t i = 0; i < n; ++i) {
           const int32_t v = t.int32_data(static_cast<int>(i));
@@ -142,7 +144,8 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& t, const ImportContext& c
             const auto h = static_cast<uint16_t>(v);
             std::memcpy(dst + 2 * i, &h, 2);
           }
-          if (elem == 1) dst[i] = static_cast<std::byte>(v != 0);
+          if (elem == 1)
+            dst[i] = static_cast<std::byte>(t.data_type() == onnx::TensorProto::BOOL ? v != 0 : v & 0xff);
         }
         break;
     }
@@ -151,6 +154,8 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& t, const ImportContext& c
     case onnx::TensorProto::FLOAT: return Tensor::from_bytes(DataType::kFloat32, shape, raw);
     case onnx::TensorProto::INT64: return Tensor::from_bytes(DataType::kInt64, shape, raw);
     case onnx::TensorProto::BOOL: return Tensor::from_bytes(DataType::kBool, shape, raw);
+    case onnx::TensorProto::INT8: return Tensor::from_bytes(DataType::kInt8, shape, raw);
+    case onnx::TensorProto::UINT8: return Tensor::from_bytes(DataType::kUInt8, shape, raw);
     case onnx::TensorProto::INT32: {
       std::vector<int64_t> v(n);
       for (size_t i = 0; i < n; ++i) {

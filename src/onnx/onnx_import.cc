@@ -42,6 +42,11 @@ class Importer {
   Status convert_pad(const NodeContext& c);
   Status convert_reduce_mean(const NodeContext& c, const std::string& name);
   Status check_reduce_means() const;
+  // QuantizeLinear and DequantizeLinear pair up into kQuantizeDequantize nodes, or fold into
+  // constants (import_qdq.cc); a QuantizeLinear's int8 output must be read by DequantizeLinears only.
+  Status convert_quantize(const NodeContext& c);
+  Status convert_dequantize(const NodeContext& c, const std::string& name);
+  Status check_quantized_readers() const;
 
   ImportContext ctx_;
   Graph graph_;
@@ -53,6 +58,12 @@ class Importer {
   std::vector<PendingPad> pending_pads_;
   std::map<std::string, FoldedPad> folded_pads_;  // a folded Pad's output name -> its input and pads
   std::vector<std::pair<size_t, std::string>> reduce_means_;  // GlobalAveragePool node, ReduceMean's where
+  struct PendingQuantize {
+    std::string input;  // what the QuantizeLinear quantized
+    QuantizeAttrs attrs;
+    std::string where;
+  };
+  std::map<std::string, PendingQuantize> quantized_;  // a QuantizeLinear's output -> its input
 };
 
 Status Importer::read_opset(const onnx::ModelProto& model) {
@@ -151,6 +162,11 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
                 .opset = ctx_.opset,
                 .graph = graph_,
                 .used_values = used_values_};
+  if (n.op_type() == "QuantizeLinear" || n.op_type() == "DequantizeLinear") {
+    if (n.input_size() < 1 || n.input(0).empty())
+      return Status::invalid_model(where + ": input 0 is missing.");
+    return n.op_type() == "QuantizeLinear" ? convert_quantize(c) : convert_dequantize(c, name);
+  }
   if (n.op_type() == "Pad" || n.op_type() == "ReduceMean") {
     if (n.input_size() < 1 || n.input(0).empty())
       return Status::invalid_model(where + ": input 0 is missing.");
@@ -330,6 +346,61 @@ Status Importer::convert_reduce_mean(const NodeContext& c, const std::string& na
   return Status::ok();
 }
 
+Status Importer::convert_quantize(const NodeContext& c) {
+  GPULAB_ASSIGN_OR_RETURN(QuantizeAttrs attrs, read_quantize_params(c));
+  GPULAB_TRY(c.attrs.check_all_read());
+  quantized_[c.n.output(0)] = PendingQuantize{c.n.input(0), std::move(attrs), c.where};
+  return Status::ok();
+}
+
+Status Importer::convert_dequantize(const NodeContext& c, const std::string& name) {
+  GPULAB_ASSIGN_OR_RETURN(QuantizeAttrs attrs, read_quantize_params(c));
+  GPULAB_TRY(c.attrs.check_all_read());
+  const std::string& in = c.n.input(0);
+  const std::string& out = c.n.output(0);
+  if (const auto q = quantized_.find(in); q != quantized_.end()) {
+    if (!same_quantize_params(q->second.attrs, attrs))
+      return Status::unsupported(
+          c.where + ": its scale, zero point or axis differ from those of " + q->second.where +
+          ", whose output it reads; gpulab imports pairs that quantize and dequantize alike.");
+    if (const Tensor* constant = graph_.initializer(q->second.input)) {  // a float weight with its own pair
+      GPULAB_ASSIGN_OR_RETURN(graph_.initializers[out], fake_quantize_constant(*constant, attrs, c.where));
+      if (auto scales = int8_weight_scales(attrs, constant->shape()))
+        graph_.quantization.weight_scales[out] = *scales;
+      return Status::ok();
+    }
+    graph_.nodes.push_back(
+        Node{name, OpType::kQuantizeDequantize, {q->second.input}, {out}, std::move(attrs)});
+    return Status::ok();
+  }
+  if (const Tensor* constant = graph_.initializer(in)) {  // an int8 weight
+    GPULAB_ASSIGN_OR_RETURN(graph_.initializers[out], dequantize_constant(*constant, attrs, c.where));
+    if (auto scales = int8_weight_scales(attrs, constant->shape()))
+      graph_.quantization.weight_scales[out] = *scales;
+    return Status::ok();
+  }
+  return Status::unsupported(
+      c.where + ": dequantizes '" + in +
+      "', which is neither a constant nor a QuantizeLinear's output; gpulab imports Q/DQ "
+      "pairs and dequantized constants (the QDQ form of onnxruntime's quantizer and NVIDIA's "
+      "Model Optimizer).");
+}
+
+Status Importer::check_quantized_readers() const {
+  for (const Node& node : graph_.nodes)
+    for (const std::string& in : node.inputs)
+      if (const auto q = quantized_.find(in); q != quantized_.end())
+        return Status::unsupported(q->second.where + ": its quantized output '" + in + "' is read by node '" +
+                                   node.name + "' (" + std::string(op_name(node.op)) +
+                                   "), not by a DequantizeLinear; gpulab imports QuantizeLinear -> "
+                                   "DequantizeLinear pairs (QDQ form) only.");
+  for (const std::string& out : graph_.outputs)
+    if (const auto q = quantized_.find(out); q != quantized_.end())
+      return Status::unsupported(q->second.where + ": its quantized output '" + out +
+                                 "' is a model output; gpulab's outputs are float logits.");
+  return Status::ok();
+}
+
 Status Importer::check_reduce_means() const {
   for (const auto& [index, where] : reduce_means_) {
     const ValueInfo* in = graph_.value(graph_.nodes[index].inputs[0]);
@@ -365,6 +436,7 @@ Result<Graph> Importer::run(const onnx::ModelProto& model) {
   for (const auto& n : g.node())
     for (const auto& in : n.input()) used_values_.insert(in);
   for (int i = 0; i < g.node_size(); ++i) GPULAB_TRY(convert_node(g.node(i), static_cast<size_t>(i)));
+  GPULAB_TRY(check_quantized_readers());
 
   GPULAB_TRY(graph_.validate());
   GPULAB_TRY(resolve_same_pads());

@@ -8,6 +8,14 @@
 
 namespace gpulab {
 
+// QuantizeLinear -> DequantizeLinear pairs (kQuantizeDequantize) that an INT8 plan takes over:
+// a symmetric, signed, per-tensor pair (zero point 0, [-128, 127]) on an activation is removed and
+// its scale recorded in graph.quantization.activation_scales under the value it quantized, which an
+// INT8 plan then stores at that scale (a float plan runs without the rounding). Any other pair
+// (uint8, a zero point other than 0, per channel) stays and runs as its float equivalent, with a
+// warning naming it. Runs first, so that the other passes see the float network.
+Status fold_qdq(Graph& graph);
+
 // Removes Identity and Dropout (inference: identity on its first output). When the removed
 // node's output is a graph output, the producer of its input writes that name instead, so graph
 // output names never change; an Identity from a graph input or initializer straight to a graph
@@ -50,6 +58,7 @@ Status fold_flatten_into_gemm(Graph& graph);
 Status fuse_conv_epilogue(Graph& graph);
 
 struct PassOptions {
+  bool fold_qdq = true;
   bool drop_identity = true;
   bool fold_constants = true;
   bool fold_batchnorm = true;  // and batchnorm_to_conv

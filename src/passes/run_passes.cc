@@ -37,6 +37,7 @@ Status run_passes(Graph& graph, const PassOptions& options) {
     Status (*run)(Graph&);
   };
   const Step steps[] = {
+      {"fold_qdq", options.fold_qdq, fold_qdq},
       {"drop_identity", options.drop_identity, drop_identity},
       {"fold_constants", options.fold_constants, fold_constants},
       {"fold_batchnorm", options.fold_batchnorm, fold_batchnorm},

@@ -373,6 +373,7 @@ class Interpreter {
       case PointwiseFn::kSigmoid: return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
       case PointwiseFn::kHardSigmoid: return std::clamp(s.alpha * v + s.beta, 0.0f, 1.0f);
       case PointwiseFn::kHardSwish: return v * std::clamp(v / 6.0f + 0.5f, 0.0f, 1.0f);
+      case PointwiseFn::kFakeQuantize: return fake_quantize(v, s.alpha, s.beta, s.clip_min, s.clip_max);
     }
     return v;
   }

@@ -571,16 +571,29 @@ struct Lowering {
       case OpType::kMul: return lower_binary(node);
       case OpType::kSigmoid:
       case OpType::kHardSigmoid:
-      case OpType::kHardSwish: {
+      case OpType::kHardSwish:
+      case OpType::kQuantizeDequantize: {
         GPULAB_ASSIGN_OR_RETURN(int x, plan_input(node, 0));
         PlanStep st = step(StepKind::kPointwise, node);
         st.inputs = {x};
         st.pointwise = node.op == OpType::kSigmoid       ? PointwiseFn::kSigmoid
                        : node.op == OpType::kHardSigmoid ? PointwiseFn::kHardSigmoid
-                                                         : PointwiseFn::kHardSwish;
+                       : node.op == OpType::kHardSwish   ? PointwiseFn::kHardSwish
+                                                         : PointwiseFn::kFakeQuantize;
         if (node.op == OpType::kHardSigmoid) {
           st.alpha = node.attr<HardSigmoidAttrs>().alpha;
           st.beta = node.attr<HardSigmoidAttrs>().beta;
+        }
+        if (node.op == OpType::kQuantizeDequantize) {  // a Q/DQ pair fold_qdq left: its float equivalent
+          const auto& q = node.attr<QuantizeAttrs>();
+          if (q.scale.size() != 1)
+            return unsupported(node, fmt::format("fake quantization with {} scales (per channel) of an "
+                                                 "activation; the GPU engine quantizes per tensor",
+                                                 q.scale.size()));
+          st.alpha = q.scale[0];
+          st.beta = static_cast<float>(q.zero_point[0]);
+          st.clip_min = static_cast<float>(q.qmin);
+          st.clip_max = static_cast<float>(q.qmax);
         }
         GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0]));
         plan.values[st.output].c = plan.values[x].c;
@@ -652,7 +665,9 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
     return n.op == OpType::kConv && storage_dtype(low.layer_precision(n)) == DataType::kFloat32;
   });
   if (low.quantized) {
-    low.q_values = quantized_values(graph, [&low](const Node& n) { return low.quantized_layer(n); });
+    low.q_values = quantized_values(
+        graph, [&low](const Node& n) { return low.quantized_layer(n); },
+        [&](const std::string& v) { return activation_scale(graph, options, options.precision, v).is_ok(); });
     for (const std::string& value : low.q_values) {
       GPULAB_ASSIGN_OR_RETURN(low.scales[value], activation_scale(graph, options, options.precision, value));
     }

@@ -11,7 +11,8 @@
 namespace gpulab {
 
 std::set<std::string> quantized_values(const Graph& graph,
-                                       const std::function<bool(const Node&)>& quantized_layer) {
+                                       const std::function<bool(const Node&)>& quantized_layer,
+                                       const std::function<bool(const std::string&)>& has_scale) {
   std::set<std::string> out;
   for (auto it = graph.nodes.rbegin(); it != graph.nodes.rend(); ++it) {
     const Node& node = *it;
@@ -25,7 +26,7 @@ std::set<std::string> quantized_values(const Graph& graph,
         break;
       case OpType::kMaxPool:
       case OpType::kGlobalAveragePool:
-        if (output_quantized) out.insert(node.input(0));
+        if (output_quantized && has_scale(node.input(0))) out.insert(node.input(0));
         break;
       case OpType::kFlatten:
       case OpType::kReshape:

@@ -24,10 +24,12 @@ namespace gpulab {
 
 // The graph values an INT8/FP8 plan stores in its 8-bit type: the x (input 0) and residual
 // (input 3) of every node for which `quantized_layer` is true, and, walking back through MaxPool
-// and GlobalAveragePool nodes whose output is in the set, their input; a view (Flatten, Reshape,
+// and GlobalAveragePool nodes whose output is in the set, their input when `has_scale` says it has
+// one (else the pool computes in float and its output is quantized); a view (Flatten, Reshape,
 // Identity, Dropout) in the set is replaced by the value it views.
 std::set<std::string> quantized_values(const Graph& graph,
-                                       const std::function<bool(const Node&)>& quantized_layer);
+                                       const std::function<bool(const Node&)>& quantized_layer,
+                                       const std::function<bool(const std::string&)>& has_scale);
 
 // The scale of activation `value` in a plan of `precision` (kInt8 or kFp8): the model's own
 // (graph.quantization, a folded QuantizeLinear; for FP8 its range 127 * scale / 448), else

@@ -88,6 +88,26 @@ Status check_plan_target(const PlanTarget& plan, const PlanTarget& current) {
   return Status::ok();
 }
 
+Status check_precision_supported(const Plan& plan, const PlanTarget& target) {
+  bool fp8 = plan.precision == Precision::kFp8, int8 = plan.precision == Precision::kInt8;
+  for (const PlanStep& s : plan.steps) {
+    fp8 |= s.precision == Precision::kFp8;
+    int8 |= s.precision == Precision::kInt8;
+  }
+  if (fp8 && target.compute_capability < 89)
+    return Status::unsupported(
+        fmt::format("plan: FP8 (E4M3) needs a GPU of compute capability 8.9 or newer (Ada: RTX 40, L4, L40; "
+                    "Hopper: H100, "
+                    "H200); '{}' is sm_{}. Build with --precision int8 or fp16 instead.",
+                    target.gpu_name, target.compute_capability));
+  if (int8 && target.compute_capability < 61)
+    return Status::unsupported(
+        fmt::format("plan: INT8 needs a GPU of compute capability 6.1 or newer; '{}' is sm_{}. Build with "
+                    "--precision fp16 or fp32 instead.",
+                    target.gpu_name, target.compute_capability));
+  return Status::ok();
+}
+
 std::string_view step_kind_name(StepKind kind) {
   switch (kind) {
     case StepKind::kInput: return "input";
@@ -113,6 +133,7 @@ std::string_view pointwise_fn_name(PointwiseFn fn) {
     case PointwiseFn::kSigmoid: return "sigmoid";
     case PointwiseFn::kHardSigmoid: return "hard_sigmoid";
     case PointwiseFn::kHardSwish: return "hard_swish";
+    case PointwiseFn::kFakeQuantize: return "fake_quantize";
   }
   return "?";
 }
@@ -481,7 +502,8 @@ StepKind step_kind_from(const std::string& name) {
 }
 
 PointwiseFn pointwise_fn_from(const std::string& name) {
-  for (PointwiseFn f : {PointwiseFn::kSigmoid, PointwiseFn::kHardSigmoid, PointwiseFn::kHardSwish})
+  for (PointwiseFn f : {PointwiseFn::kSigmoid, PointwiseFn::kHardSigmoid, PointwiseFn::kHardSwish,
+                        PointwiseFn::kFakeQuantize})
     if (pointwise_fn_name(f) == name) return f;
   throw std::runtime_error("unknown pointwise function '" + name + "'");
 }
@@ -569,6 +591,9 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
       s.pointwise = pointwise_fn_from(pw.at("fn").get<std::string>());
       s.alpha = pw.at("alpha").get<float>();
       s.beta = pw.at("beta").get<float>();
+      if (s.pointwise == PointwiseFn::kFakeQuantize && !(s.alpha > 0.0f))
+        throw std::runtime_error("step '" + s.name + "' fake-quantizes with scale " +
+                                 std::to_string(s.alpha));
       if (!std::isfinite(s.alpha) || !std::isfinite(s.beta))
         throw std::runtime_error("step '" + s.name + "' has a non-finite hard-sigmoid alpha or beta");
     }

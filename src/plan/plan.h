@@ -97,8 +97,11 @@ std::string_view step_kind_name(StepKind kind);  // "input", "conv", ...
 
 // The functions of a kPointwise step (ONNX's definitions): sigmoid 1 / (1 + e^-x); hard sigmoid
 // max(0, min(1, alpha x + beta)); hard swish x * max(0, min(1, x / 6 + 1/2)).
-enum class PointwiseFn : uint8_t { kSigmoid, kHardSigmoid, kHardSwish };
-std::string_view pointwise_fn_name(PointwiseFn fn);  // "sigmoid", "hard_sigmoid", "hard_swish"
+// fake quantize (a Q/DQ pair fold_qdq kept, per tensor; version 4): core/quant.h's fake_quantize
+// with scale alpha, zero point beta and range [clip_min, clip_max].
+enum class PointwiseFn : uint8_t { kSigmoid, kHardSigmoid, kHardSwish, kFakeQuantize };
+// "sigmoid", "hard_sigmoid", "hard_swish", "fake_quantize"
+std::string_view pointwise_fn_name(PointwiseFn fn);
 
 // An activation buffer: NHWC, per image. `c` includes zero padding; `c_valid` carry data.
 // An int8 or fp8e4m3 value holds quantized numbers q; the real value is scale * q (src/core/quant.h).
@@ -177,6 +180,11 @@ struct Plan {
   Status validate() const;
   int64_t weights_bytes() const;
 };
+
+// Ok when the GPU `target` runs every precision `plan` uses: FP8 needs compute capability 8.9 or
+// newer (Ada, Hopper: E4M3 tensor cores), INT8 6.1 (dp4a). Otherwise kUnsupported naming the GPU,
+// its architecture and a precision that runs there.
+Status check_precision_supported(const Plan& plan, const PlanTarget& target);
 
 // int8 or fp8e4m3: a value with a scale.
 bool is_quantized_dtype(DataType dtype);

@@ -128,6 +128,7 @@ Result<std::shared_ptr<Engine>> build_engine_from_graph(const Graph& graph, cons
   GPULAB_TRY(lowered.status());
   Plan plan = std::move(lowered).value();
   GPULAB_ASSIGN_OR_RETURN(plan.target, cuda::current_target(options.device));
+  GPULAB_TRY(check_precision_supported(plan, plan.target));
   if (options.fuse_stem && plan.target.compute_capability >= 80) {
     const bool fused = fuse_stem_pool(plan, [&](const PlanStep& stem) {
       const Status ok = check_fused_stem(plan, stem);

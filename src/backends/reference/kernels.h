@@ -62,6 +62,9 @@ Status run_unary(const Node& node, Inputs inputs, Outputs& outputs, const Refere
 // Add, Mul with numpy broadcasting, on float32 or int64.
 Status run_binary(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options);
 Status run_softmax(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options);
+// A QuantizeLinear -> DequantizeLinear pair (kQuantizeDequantize), in float.
+Status run_quantize_dequantize(const Node& node, Inputs inputs, Outputs& outputs,
+                               const ReferenceOptions& options);
 // Identity, Dropout, Flatten, Reshape, Shape, Gather, Unsqueeze, Concat.
 Status run_shape_op(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options);
 

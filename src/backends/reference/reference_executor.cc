@@ -110,6 +110,7 @@ Status run_op(const Node& node, Inputs inputs, Outputs& outputs, const Reference
     case OpType::kSigmoid:
     case OpType::kHardSigmoid:
     case OpType::kHardSwish: return run_unary(node, inputs, outputs, options);
+    case OpType::kQuantizeDequantize: return run_quantize_dequantize(node, inputs, outputs, options);
     case OpType::kAdd:
     case OpType::kMul: return run_binary(node, inputs, outputs, options);
     case OpType::kMaxPool: return run_max_pool(node, inputs, outputs, options);

@@ -293,5 +293,21 @@ TEST(QuantizedPlan, PlanFileKeepsScalesAndRefusesBadOnes) {
   EXPECT_NE(s.message().find("no float32 weight scales"), std::string::npos) << s.message();
 }
 
+TEST(QuantizedPlan, Fp8IsRefusedBelowAda) {
+  const Fixture f = make_fixture();
+  auto fp8 = lower(f, Precision::kFp8);
+  auto int8 = lower(f, Precision::kInt8);
+  ASSERT_TRUE(fp8.is_ok() && int8.is_ok());
+  const PlanTarget a100{.gpu_name = "NVIDIA A100-SXM4-80GB", .compute_capability = 80};
+  const PlanTarget l4{.gpu_name = "NVIDIA L4", .compute_capability = 89};
+  const Status s = check_precision_supported(*fp8, a100);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("FP8 (E4M3) needs a GPU of compute capability 8.9 or newer"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("'NVIDIA A100-SXM4-80GB' is sm_80"), std::string::npos) << s.message();
+  EXPECT_TRUE(check_precision_supported(*fp8, l4).is_ok());
+  EXPECT_TRUE(check_precision_supported(*int8, a100).is_ok());
+}
+
 }  // namespace
 }  // namespace gpulab
