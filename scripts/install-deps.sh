@@ -49,3 +49,11 @@ if [ ! -f "$root/.deps/pip/cutlass_library/source/include/cutlass/cutlass.h" ]; 
   echo "install-deps: installing nvidia-cutlass into $root/.deps/pip"
   python3 -m pip install -q --no-deps --target "$root/.deps/pip" nvidia-cutlass
 fi
+# onnxruntime (CPU), pinned, beside them: tests/fixtures/make_qdq_fixture.py writes its output for
+# the QDQ fixture, which tests/reference/qdq compares the importer and the INT8 plan with. Its
+# Python dependencies are Debian's numpy; without it the fixture keeps a numpy reference only.
+if [ "$with_python" = 1 ] && [ ! -d "$root/.deps/onnxruntime/onnxruntime" ]; then
+  echo "install-deps: installing onnxruntime 1.16.3 into $root/.deps/onnxruntime"
+  python3 -m pip install -q --no-deps --target "$root/.deps/onnxruntime" onnxruntime==1.16.3 ||
+    echo "install-deps: onnxruntime could not be installed; the QDQ test compares with numpy only"
+fi
