@@ -4,9 +4,13 @@
 // docs/architecture.md ("8-bit plans") says the same in prose.
 //
 // INT8, symmetric (zero point 0), real value = scale * q:
-//   weights      one scale per output channel, scale = amax / 127 over that channel's weights
-//                (1 for an all-zero channel); q in [-127, 127], so that negating a weight never
-//                overflows and the grid is the same on both sides of zero.
+//   weights      one scale per output channel, amax / m over that channel's weights, m the
+//                number of steps in [32, 127] whose rounding leaves the smallest squared error
+//                (ties to the larger m; 1 for an all-zero channel): amax / 127 unless a coarser
+//                step fits the weights better, as it does exactly for weights that already lie on
+//                a quantization grid (a model quantized before, like the bundled MobileNetV2);
+//                q in [-127, 127], so that negating a weight never overflows and the grid is the
+//                same on both sides of zero.
 //   activations  one scale per tensor, scale = amax / 127 of the calibrated range (or the scale a
 //                model's QuantizeLinear gives); q in [-128, 127], ONNX QuantizeLinear's range, so
 //                that an imported Q/DQ model computes what onnxruntime computes.
@@ -50,6 +54,7 @@ inline constexpr int kInt8WeightMin = -127;
 inline constexpr int kInt8Max = 127;
 inline constexpr float kInt8QuantMax = 127.0f;  // amax maps to this (scale = amax / 127)
 inline constexpr float kFp8E4M3Max = 448.0f;    // amax maps to this (scale = amax / 448)
+inline constexpr int kInt8WeightMinSteps = 32;  // the coarsest weight grid the scale search tries
 
 // x rounded to the nearest integer, ties to even, for |x| <= 2^22: adding and subtracting 1.5 * 2^23
 // leaves the float with no fraction bits, rounded in the default rounding mode (to nearest even).
@@ -118,8 +123,9 @@ inline float fake_quantize(float x, float scale, float zero_point, float qmin, f
 }
 
 // Per-output-channel symmetric quantization of a weight laid out [channels, per_channel]: one scale
-// per channel (amax / qmax, see symmetric_scale) and the quantized values as floats (INT8: integers in
-// [-127, 127]; FP8: E4M3 values). `fp8` picks the format.
+// per channel (INT8: amax / m with m in [kInt8WeightMinSteps, 127] as the file comment says; FP8:
+// amax / 448) and the quantized values as floats (INT8: integers in [-127, 127]; FP8: E4M3
+// values). `fp8` picks the format.
 struct QuantizedWeights {
   std::vector<float> scales;  // [channels]
   std::vector<float> values;  // [channels * per_channel], quantized numbers (not multiplied by the scale)
@@ -134,7 +140,22 @@ inline QuantizedWeights quantize_per_channel(std::span<const float> weights, int
         weights.subspan(static_cast<size_t>(k * per_channel), static_cast<size_t>(per_channel));
     float amax = 0.0f;
     for (float v : w) amax = std::max(amax, v < 0 ? -v : v);
-    const float scale = symmetric_scale(amax, fp8 ? kFp8E4M3Max : kInt8QuantMax);
+    float scale = symmetric_scale(amax, fp8 ? kFp8E4M3Max : kInt8QuantMax);
+    if (!fp8 && amax > 0.0f && amax <= 3.0e38f) {
+      double best = -1;
+      for (int steps = kInt8Max; steps >= kInt8WeightMinSteps; --steps) {
+        const float s = amax / static_cast<float>(steps), inv = 1.0f / s;
+        double error = 0;
+        for (float v : w) {
+          const double d = v - static_cast<double>(s) * quantize_int8(v, inv, kInt8WeightMin);
+          error += d * d;
+        }
+        if (best < 0 || error < best) {
+          best = error;
+          scale = s;
+        }
+      }
+    }
     const float inv = 1.0f / scale;
     out.scales[static_cast<size_t>(k)] = scale;
     float* q = out.values.data() + k * per_channel;
