@@ -103,7 +103,7 @@ Status ContextImpl::prepare(int64_t batch, BatchState** out) {
     const PlanStep& step = plan.steps[i];
     if (step.kind == StepKind::kConv) {
       prepare_conv(i, batch, state, need_ws);
-    } else if (step.kind == StepKind::kGemm) {
+    } else if (step.kind == StepKind::kGemm && !is_quantized(step.precision)) {  // INT8/FP8: gpulab's kernel
       GPULAB_ASSIGN_OR_RETURN(
           state.gemms[i],
           cuda::CublasLtGemm::create(libs_.cublaslt(), gemm_problem(plan, step, batch), kGemmWorkspaceBytes));

@@ -32,7 +32,9 @@ Status ContextImpl::launch_step(size_t i, int64_t batch, const BatchState& state
                               .chunk = state.chunks[i],
                               .tail = state.tails[i].get(),
                               .cudnn = libs_.cudnn()});
-    case StepKind::kGemm: return enqueue_gemm(l, *state.gemms[i], libs_.cublaslt(), kGemmWorkspaceBytes);
+    case StepKind::kGemm:
+      if (is_quantized(step.precision)) return enqueue_q8_layer(l);
+      return enqueue_gemm(l, *state.gemms[i], libs_.cublaslt(), kGemmWorkspaceBytes);
     case StepKind::kMaxPool:
     case StepKind::kAveragePool: return enqueue_pool(l);
     case StepKind::kGlobalAveragePool: return enqueue_global_avg_pool(l);

@@ -35,6 +35,7 @@ std::string chunked_tactic(int64_t chunk, std::string_view inner) {
 ConvKernel conv_kernel_of_tactic(std::string_view tactic) {
   if (tactic == kDirectTactic) return ConvKernel::kDirect;
   if (tactic == kDepthwiseTactic) return ConvKernel::kDepthwise;
+  if (tactic == kQ8DirectTactic) return ConvKernel::kQ8Direct;
   if (tactic.starts_with(kCutlassTacticPrefix)) return ConvKernel::kCutlass;
   if (tactic.starts_with(cuda::kWgmmaConvTacticPrefix)) return ConvKernel::kWgmma3x3;
   return ConvKernel::kCudnn;
@@ -97,6 +98,8 @@ Status launch_conv_step(const cuda::ConvProblem& p, ConvKernel kernel, std::stri
     case ConvKernel::kWgmma3x3:
       return cuda::launch_wgmma_conv(tactic, direct_conv_desc(p), ptrs.x, ptrs.w, bias, ptrs.residual, ptrs.y,
                                      stream);
+    case ConvKernel::kQ8Direct:
+      return Status::internal("launch_conv_step: an INT8/FP8 step runs through enqueue_q8_layer, not here.");
     case ConvKernel::kCudnn: break;
   }
   if (!conv) return Status::internal("launch_conv_step: a cuDNN step without a cuDNN plan.");

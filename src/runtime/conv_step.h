@@ -20,11 +20,14 @@
 namespace gpulab {
 
 // Which implementation runs a convolution step.
-enum class ConvKernel { kCudnn, kDirect, kDepthwise, kCutlass, kWgmma3x3 };
+enum class ConvKernel { kCudnn, kDirect, kDepthwise, kCutlass, kWgmma3x3, kQ8Direct };
 
 // Tactic strings of gpulab's own convolutions (PlanStep::tactic, timing cache).
 inline constexpr std::string_view kDirectTactic = "direct";
 inline constexpr std::string_view kDepthwiseTactic = "depthwise";
+// Every INT8/FP8 convolution and Gemm (kernels/quant_kernels.h's launch_q8_conv, through
+// enqueue_q8_layer): the only 8-bit kernel so far, so it is not timed.
+inline constexpr std::string_view kQ8DirectTactic = "direct-q8";
 // CUTLASS tactics are "cutlass:<tile>" (cuda::cutlass_conv_tactics()).
 inline constexpr std::string_view kCutlassTacticPrefix = "cutlass:";
 // The wgmma 3x3 convolution's are "wgmma-conv3x3:<variant>" (cuda::wgmma_conv_tactics()).

@@ -12,6 +12,7 @@ Status enqueue_input(const StepLaunch& l, const float* input_nchw) {
   const Plan& plan = l.plan;
   const PlanStep& step = l.step;
   const PlanValue& y = plan.values[step.output];
+  if (is_quantized_dtype(y.dtype)) return enqueue_quantized_input(l, input_nchw);
   const SpaceToDepth& sd = step.space_to_depth;
   if (sd == SpaceToDepth{}) {
     kernels::NchwToNhwcDesc d{l.batch, plan.input_channels, plan.input_h, plan.input_w, y.c, y.dtype};
@@ -31,6 +32,7 @@ Status enqueue_stem(const StepLaunch& l, const float* input_nchw) {
 
 Status enqueue_conv(const StepLaunch& l, const PreparedConv& prepared) {
   const PlanStep& step = l.step;
+  if (is_quantized(step.precision)) return enqueue_q8_layer(l);
   const cuda::ConvPointers ptrs{l.value(step.inputs[0]), l.weight(step.weight), l.weight(step.bias),
                                 step.conv.has_residual ? l.value(step.inputs[1]) : nullptr,
                                 l.value(step.output)};
@@ -70,12 +72,14 @@ Status enqueue_pool(const StepLaunch& l) {
   if (d.out_h != y.h || d.out_w != y.w)
     return Status::internal(fmt::format("{}: pooled size {}x{} differs from the plan's {}x{}", step.name,
                                         d.out_h, d.out_w, y.h, y.w));
+  if (is_quantized_dtype(x.dtype)) return enqueue_q8_max_pool(l, d);
   return kernels::launch_pool(d, l.value(step.inputs[0]), l.value(step.output), l.stream);
 }
 
 Status enqueue_global_avg_pool(const StepLaunch& l) {
   const PlanStep& step = l.step;
   const PlanValue& x = l.plan.values[step.inputs[0]];
+  if (is_quantized_dtype(x.dtype)) return enqueue_q8_global_avg_pool(l);
   kernels::GlobalAvgPoolDesc d{l.batch, x.h, x.w, x.c, x.dtype};
   return kernels::launch_global_avg_pool(d, l.value(step.inputs[0]), l.value(step.output), l.stream);
 }
@@ -107,7 +111,8 @@ Status enqueue_unary(const StepLaunch& l) {
   } else {
     d.op = step.pointwise == PointwiseFn::kSigmoid       ? kernels::UnaryOp::kSigmoid
            : step.pointwise == PointwiseFn::kHardSigmoid ? kernels::UnaryOp::kHardSigmoid
-                                                         : kernels::UnaryOp::kHardSwish;
+           : step.pointwise == PointwiseFn::kHardSwish   ? kernels::UnaryOp::kHardSwish
+                                                         : kernels::UnaryOp::kFakeQuantize;
   }
   d.count = l.batch * y.h * y.w * y.c;
   d.alpha = step.alpha;
@@ -143,6 +148,7 @@ Status enqueue_cast(const StepLaunch& l) {
   const PlanStep& step = l.step;
   const PlanValue& x = l.plan.values[step.inputs[0]];
   const PlanValue& y = l.plan.values[step.output];
+  if (is_quantized_dtype(x.dtype) || is_quantized_dtype(y.dtype)) return enqueue_quantized_cast(l);
   const int64_t per_image = x.h * x.w * x.c;
   if (y.dtype == DataType::kFloat32) {  // NHWC -> NCHW with h = w = 1 is a plain cast
     kernels::NhwcToNchwF32Desc d{l.batch, 1, 1, per_image, per_image, x.dtype};

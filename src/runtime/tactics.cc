@@ -519,7 +519,9 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
                                  .key_suffix = key_suffix,
                                  .rig = rig};
   for (auto& step : plan.steps) {
-    if (step.kind == StepKind::kGemm) {
+    if ((step.kind == StepKind::kGemm || step.kind == StepKind::kConv) && is_quantized(step.precision)) {
+      step.tactic = std::string(kQ8DirectTactic);
+    } else if (step.kind == StepKind::kGemm) {
       step.tactic = "cublaslt";
     } else if (step.kind == StepKind::kStem) {
       step.tactic = std::string(kFusedStemTactic);

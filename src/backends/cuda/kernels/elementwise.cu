@@ -68,8 +68,12 @@ __device__ __forceinline__ float unary_op(float v, UnaryParams p) {
     return 1.0f / (1.0f + expf(-v));
   } else if constexpr (kOp == UnaryOp::kHardSigmoid) {
     return fminf(fmaxf(fmaf(p.alpha, v, p.beta), 0.0f), 1.0f);
-  } else {  // kHardSwish: x * relu6(x + 3) / 6
+  } else if constexpr (kOp == UnaryOp::kHardSwish) {  // x * relu6(x + 3) / 6
     return v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
+  } else {  // kFakeQuantize, step for step as core/quant.h's fake_quantize
+    const float q = __fadd_rn(rintf(__fdiv_rn(v, p.alpha)), p.beta);
+    if (isnan(q)) return 0.0f;
+    return __fmul_rn(__fsub_rn(fminf(fmaxf(q, p.lo), p.hi), p.beta), p.alpha);
   }
 }
 
@@ -122,6 +126,9 @@ Status launch_unary_typed(const UnaryDesc& d, const T* x, T* y, cudaStream_t str
     case UnaryOp::kHardSwish:
       unary_kernel<T, V, UnaryOp::kHardSwish><<<grid, kThreads, 0, stream>>>(x, y, vecs, p);
       return check_launch("launch_unary", "hard_swish_kernel");
+    case UnaryOp::kFakeQuantize:
+      unary_kernel<T, V, UnaryOp::kFakeQuantize><<<grid, kThreads, 0, stream>>>(x, y, vecs, p);
+      return check_launch("launch_unary", "fake_quantize_kernel");
   }
   return Status::invalid_argument("launch_unary: unknown UnaryOp " + std::to_string(static_cast<int>(d.op)) +
                                   ".");

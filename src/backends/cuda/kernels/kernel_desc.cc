@@ -274,7 +274,13 @@ Status validate(const BiasActDesc& d) {
 Status validate(const UnaryDesc& d) {
   constexpr std::string_view kWhere = "UnaryDesc";
   GPULAB_TRY(check_positive(kWhere, "count", d.count));
-  if (d.op == UnaryOp::kClip) GPULAB_TRY(check_activation(kWhere, Activation::kClip, d.clip_min, d.clip_max));
+  if (d.op == UnaryOp::kClip || d.op == UnaryOp::kFakeQuantize)
+    GPULAB_TRY(check_activation(kWhere, Activation::kClip, d.clip_min, d.clip_max));
+  if (d.op == UnaryOp::kFakeQuantize && !(d.alpha > 0.0f && std::isfinite(d.alpha) && std::isfinite(d.beta)))
+    return Status::invalid_argument(
+        fmt::format("{}: fake-quantize scale {} must be positive and finite, zero point "
+                    "{} finite.",
+                    kWhere, d.alpha, d.beta));
   if (d.op == UnaryOp::kHardSigmoid && (!std::isfinite(d.alpha) || !std::isfinite(d.beta))) {
     return Status::invalid_argument(
         fmt::format("{}: hard-sigmoid alpha {} and beta {} must be finite.", kWhere, d.alpha, d.beta));

@@ -147,11 +147,13 @@ Status validate(const BiasActDesc& desc);
 //   kSigmoid:     1 / (1 + exp(-x))
 //   kHardSigmoid: max(0, min(1, alpha * x + beta))           (ONNX: alpha 0.2, beta 0.5)
 //   kHardSwish:   x * max(0, min(1, x / 6 + 0.5))             (ONNX HardSwish, PyTorch hardswish)
-enum class UnaryOp { kRelu, kClip, kSigmoid, kHardSigmoid, kHardSwish };
+//   kFakeQuantize: (clamp(round_half_even(x / alpha) + beta, clip_min, clip_max) - beta) * alpha
+//                 (a Q/DQ pair's float equivalent, core/quant.h's fake_quantize; alpha > 0)
+enum class UnaryOp { kRelu, kClip, kSigmoid, kHardSigmoid, kHardSwish, kFakeQuantize };
 struct UnaryDesc {
   UnaryOp op = UnaryOp::kRelu;
   int64_t count = 0;
-  float alpha = 0.2f, beta = 0.5f;         // kHardSigmoid
+  float alpha = 0.2f, beta = 0.5f;         // kHardSigmoid; kFakeQuantize: scale, zero point
   float clip_min = 0.0f, clip_max = 6.0f;  // kClip
   DataType dtype = DataType::kFloat32;
 };

@@ -3,6 +3,8 @@
 # kernel_desc.cc is plain C++ (descriptor validation), also compiled into the CPU-only unit test.
 set(GPULAB_CUDA_KERNEL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/kernel_desc.cc
+  ${CMAKE_CURRENT_LIST_DIR}/quant_desc.cc
+  ${CMAKE_CURRENT_LIST_DIR}/quant.cu
   ${CMAKE_CURRENT_LIST_DIR}/convert.cu
   ${CMAKE_CURRENT_LIST_DIR}/pool.cu
   ${CMAKE_CURRENT_LIST_DIR}/elementwise.cu

@@ -1,0 +1,284 @@
+// The 8-bit kernels of INT8/FP8 plans: the input conversion that quantizes, casts between 8-bit and
+// float types, the convolution (and Gemm) with quant.h's epilogue, max pooling and global average
+// pooling of 8-bit values.
+//
+// Algorithm: plain grid-stride loops, one output element per thread (the convolution: NHWC, the
+// output channel fastest, so a warp reads one input patch and 32 weight rows). They are the
+// correct baseline every faster 8-bit kernel is tested against, not fast ones: a tensor-core
+// INT8/FP8 convolution is the GPU host issue's work.
+// Tolerance: bit for bit with the plan interpreter (src/plan/interpret.cc): the integer sums are
+// exact, E4M3 sums run in the interpreter's order where it is defined (pixel order in the global
+// pool), and every float step of the epilogue is an explicitly rounded intrinsic in quant.h's
+// order. The FP8 convolution's float32 sum runs in tap-then-channel order, the interpreter's in
+// eight interleaved partial sums: FP8 convolutions agree within one E4M3 step of the output.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/quant.cuh"
+#include "backends/cuda/kernels/quant_kernels.h"
+
+namespace gpulab::kernels {
+namespace {
+
+template <bool kFp8>
+__global__ void quantize_input_kernel(const float* x, uint8_t* y, SpaceToDepthDesc d, int64_t total,
+                                      float inv_scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t = i;
+    const int64_t ch = t % d.c_out;
+    t /= d.c_out;
+    const int64_t ox = t % d.out_w;
+    t /= d.out_w;
+    const int64_t oy = t % d.out_h;
+    const int64_t n = t / d.out_h;
+    float v = 0.0f;
+    if (ch < d.block * d.block * d.c) {
+      const int64_t cell = ch / d.c, cin = ch % d.c;
+      const int64_t iy = oy * d.block + cell / d.block - d.pad_top;
+      const int64_t ix = ox * d.block + cell % d.block - d.pad_left;
+      if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w) v = x[((n * d.c + cin) * d.h + iy) * d.w + ix];
+    }
+    y[i] = quantize_q8<kFp8>(v, inv_scale);
+  }
+}
+
+template <bool kFp8, typename T>
+__global__ void dequantize_kernel(const uint8_t* x, T* y, int64_t count, float scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = from_float<T>(__fmul_rn(q8_to_float<kFp8>(x[i]), scale));
+}
+
+template <bool kFp8, typename T>
+__global__ void quantize_kernel(const T* x, uint8_t* y, int64_t count, float inv_scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = quantize_q8<kFp8>(to_float(x[i]), inv_scale);
+}
+
+struct ConvParams {
+  Q8ConvDesc d;
+  float inv_y;  // 1 / y_scale, computed on the host as the interpreter does
+};
+
+// Sum of x * w over one tap's cg channels: int32 for int8 (4 at a time with __dp4a when aligned),
+// float32 for E4M3.
+template <bool kFp8, bool kDp4a>
+__device__ __forceinline__ void accumulate_tap(const uint8_t* xp, const uint8_t* wp, int64_t cg,
+                                               int32_t& acc_i, float& acc_f) {
+  if constexpr (kFp8) {
+    for (int64_t c = 0; c < cg; ++c) acc_f = fmaf(e4m3_to_float(xp[c]), e4m3_to_float(wp[c]), acc_f);
+  } else if constexpr (kDp4a) {
+    const int* xv = reinterpret_cast<const int*>(xp);
+    const int* wv = reinterpret_cast<const int*>(wp);
+    for (int64_t c = 0; c < cg / 4; ++c) acc_i = __dp4a(xv[c], wv[c], acc_i);
+  } else {
+    for (int64_t c = 0; c < cg; ++c)
+      acc_i +=
+          static_cast<int32_t>(static_cast<int8_t>(xp[c])) * static_cast<int32_t>(static_cast<int8_t>(wp[c]));
+  }
+}
+
+template <bool kFp8, bool kDp4a, typename Y>
+__global__ void q8_conv_kernel(ConvParams p, const uint8_t* x, const uint8_t* w, const float* w_scale,
+                               const float* bias, const uint8_t* residual, Y* y, int64_t total) {
+  const Q8ConvDesc& d = p.d;
+  const int64_t cg = d.c / d.groups, kg = d.k / d.groups;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t = i;
+    const int64_t ko = t % d.k;
+    t /= d.k;
+    const int64_t ow = t % d.out_w;
+    t /= d.out_w;
+    const int64_t oh = t % d.out_h;
+    const int64_t n = t / d.out_h;
+    const int64_t g = ko / kg;
+    int32_t acc_i = 0;
+    float acc_f = 0.0f;
+    for (int64_t r = 0; r < d.r; ++r) {
+      const int64_t ih = oh * d.stride.h - d.pads.top + r * d.dilation.h;
+      if (ih < 0 || ih >= d.h) continue;
+      for (int64_t s = 0; s < d.s; ++s) {
+        const int64_t iw = ow * d.stride.w - d.pads.left + s * d.dilation.w;
+        if (iw < 0 || iw >= d.w) continue;
+        accumulate_tap<kFp8, kDp4a>(x + ((n * d.h + ih) * d.w + iw) * d.c + g * cg,
+                                    w + ((ko * d.r + r) * d.s + s) * cg, cg, acc_i, acc_f);
+      }
+    }
+    // quant.h's epilogue, each step rounded as written (a missing bias adds 0, as the interpreter does).
+    float v = __fmul_rn(kFp8 ? acc_f : __int2float_rn(acc_i), __fmul_rn(d.x_scale, w_scale[ko]));
+    v = __fadd_rn(v, bias ? bias[ko] : 0.0f);
+    if (residual) v = __fadd_rn(v, __fmul_rn(q8_to_float<kFp8>(residual[i]), d.residual_scale));
+    v = apply_act(v, ActParams{d.activation, d.clip_min, d.clip_max});
+    if constexpr (sizeof(Y) == 1) {
+      y[i] = quantize_q8<kFp8>(v, p.inv_y);
+    } else {
+      y[i] = from_float<Y>(v);
+    }
+  }
+}
+
+template <bool kFp8>
+__global__ void q8_max_pool_kernel(const uint8_t* x, uint8_t* y, PoolDesc d, int64_t total) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t = i;
+    const int64_t c = t % d.c;
+    t /= d.c;
+    const int64_t ow = t % d.out_w;
+    t /= d.out_w;
+    const int64_t oh = t % d.out_h;
+    const int64_t n = t / d.out_h;
+    uint8_t best = kFp8 ? 0xfe : 0x80;  // -448 / -128: the smallest value of the type
+    float best_v = q8_to_float<kFp8>(best);
+    for (int64_t r = 0; r < d.kernel.h; ++r) {
+      const int64_t ih = oh * d.stride.h - d.pads.top + r * d.dilation.h;
+      if (ih < 0 || ih >= d.h) continue;
+      for (int64_t q = 0; q < d.kernel.w; ++q) {
+        const int64_t iw = ow * d.stride.w - d.pads.left + q * d.dilation.w;
+        if (iw < 0 || iw >= d.w) continue;
+        const uint8_t b = x[((n * d.h + ih) * d.w + iw) * d.c + c];
+        const float v = q8_to_float<kFp8>(b);
+        if (v > best_v) {
+          best_v = v;
+          best = b;
+        }
+      }
+    }
+    y[i] = best;
+  }
+}
+
+template <bool kFp8, typename Y>
+__global__ void q8_global_pool_kernel(const uint8_t* x, Y* y, Q8GlobalPoolDesc d, float multiplier,
+                                      float inv_y) {
+  const int64_t total = d.n * d.c, pixels = d.h * d.w;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = i / d.c, c = i % d.c;
+    const uint8_t* xp = x + n * pixels * d.c + c;
+    int32_t sum_i = 0;
+    float sum_f = 0.0f;  // pixel order, as the interpreter sums
+    for (int64_t p = 0; p < pixels; ++p) {
+      if constexpr (kFp8) {
+        sum_f = __fadd_rn(sum_f, e4m3_to_float(xp[p * d.c]));
+      } else {
+        sum_i += static_cast<int8_t>(xp[p * d.c]);
+      }
+    }
+    const float v = __fmul_rn(kFp8 ? sum_f : __int2float_rn(sum_i), multiplier);
+    if constexpr (sizeof(Y) == 1) {
+      y[i] = quantize_q8<kFp8>(v, inv_y);
+    } else {
+      y[i] = from_float<Y>(v);
+    }
+  }
+}
+
+// Calls fn(std::bool_constant<fp8>{}) for an 8-bit dtype.
+template <typename Fn>
+Status dispatch_8bit(DataType dtype, Fn&& fn) {
+  if (dtype == DataType::kFp8E4M3) return fn(std::true_type{});
+  return fn(std::false_type{});
+}
+
+// Calls fn(Y{}) with Y the storage type of y: uint8_t for an 8-bit y, else the float type.
+template <typename Fn>
+Status dispatch_output(DataType dtype, Fn&& fn) {
+  if (is_kernel_8bit_type(dtype)) return fn(uint8_t{});
+  return dispatch_float_type(dtype, fn);
+}
+
+}  // namespace
+
+Status launch_quantize_input(const QuantizeInputDesc& desc, const float* x, void* y, cudaStream_t stream) {
+  GPULAB_TRY(validate(desc));
+  const SpaceToDepthDesc& d = desc.layout;
+  const int64_t total = d.n * d.out_h * d.out_w * d.c_out;
+  return dispatch_8bit(desc.dtype, [&](auto fp8) -> Status {
+    quantize_input_kernel<decltype(fp8)::value>
+        <<<grid_for(total), kThreads, 0, stream>>>(x, static_cast<uint8_t*>(y), d, total, 1.0f / desc.scale);
+    return check_launch("launch_quantize_input", "quantize_input_kernel");
+  });
+}
+
+Status launch_quant_cast(const QuantCastDesc& desc, const void* x, void* y, cudaStream_t stream) {
+  GPULAB_TRY(validate(desc));
+  if (is_kernel_8bit_type(desc.from))
+    return dispatch_8bit(desc.from, [&](auto fp8) -> Status {
+      return dispatch_float_type(desc.to, [&](auto tag) -> Status {
+        using T = decltype(tag);
+        dequantize_kernel<decltype(fp8)::value, T><<<grid_for(desc.count), kThreads, 0, stream>>>(
+            static_cast<const uint8_t*>(x), static_cast<T*>(y), desc.count, desc.scale);
+        return check_launch("launch_quant_cast", "dequantize_kernel");
+      });
+    });
+  return dispatch_8bit(desc.to, [&](auto fp8) -> Status {
+    return dispatch_float_type(desc.from, [&](auto tag) -> Status {
+      using T = decltype(tag);
+      quantize_kernel<decltype(fp8)::value, T><<<grid_for(desc.count), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<uint8_t*>(y), desc.count, 1.0f / desc.scale);
+      return check_launch("launch_quant_cast", "quantize_kernel");
+    });
+  });
+}
+
+Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, const float* w_scale,
+                      const float* bias, const void* residual, void* y, cudaStream_t stream) {
+  GPULAB_TRY(validate(desc));
+  if (!w_scale) return Status::invalid_argument("launch_q8_conv: the weight scales are null.");
+  if (desc.has_residual != (residual != nullptr))
+    return Status::invalid_argument(
+        "launch_q8_conv: a residual pointer without has_residual, or the other way.");
+  const int64_t total = desc.n * desc.out_h * desc.out_w * desc.k;
+  const ConvParams p{desc, 1.0f / desc.y_scale};
+  const int64_t cg = desc.c / desc.groups;
+  const bool dp4a = desc.x_dtype == DataType::kInt8 && cg % 4 == 0 && desc.c % 4 == 0 && is_aligned(x, 4) &&
+                    is_aligned(w, 4);
+  const auto* xb = static_cast<const uint8_t*>(x);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* rb = static_cast<const uint8_t*>(residual);
+  return dispatch_8bit(desc.x_dtype, [&](auto fp8) -> Status {
+    constexpr bool kFp8 = decltype(fp8)::value;
+    return dispatch_output(desc.y_dtype, [&](auto tag) -> Status {
+      using Y = decltype(tag);
+      if (!kFp8 && dp4a)
+        q8_conv_kernel<kFp8, true, Y><<<grid_for(total), kThreads, 0, stream>>>(p, xb, wb, w_scale, bias, rb,
+                                                                                static_cast<Y*>(y), total);
+      else
+        q8_conv_kernel<kFp8, false, Y><<<grid_for(total), kThreads, 0, stream>>>(p, xb, wb, w_scale, bias, rb,
+                                                                                 static_cast<Y*>(y), total);
+      return check_launch("launch_q8_conv", "q8_conv_kernel");
+    });
+  });
+}
+
+Status launch_q8_max_pool(const PoolDesc& desc, const void* x, void* y, cudaStream_t stream) {
+  GPULAB_TRY(validate_q8_max_pool(desc));
+  const int64_t total = desc.n * desc.out_h * desc.out_w * desc.c;
+  return dispatch_8bit(desc.dtype, [&](auto fp8) -> Status {
+    q8_max_pool_kernel<decltype(fp8)::value><<<grid_for(total), kThreads, 0, stream>>>(
+        static_cast<const uint8_t*>(x), static_cast<uint8_t*>(y), desc, total);
+    return check_launch("launch_q8_max_pool", "q8_max_pool_kernel");
+  });
+}
+
+Status launch_q8_global_avg_pool(const Q8GlobalPoolDesc& desc, const void* x, void* y, cudaStream_t stream) {
+  GPULAB_TRY(validate(desc));
+  // As the interpreter computes them: x_scale / pixels, 1 / y_scale, in float32 on the host.
+  const float multiplier = desc.x_scale / static_cast<float>(desc.h * desc.w);
+  const float inv_y = 1.0f / desc.y_scale;
+  return dispatch_8bit(desc.x_dtype, [&](auto fp8) -> Status {
+    return dispatch_output(desc.y_dtype, [&](auto tag) -> Status {
+      using Y = decltype(tag);
+      q8_global_pool_kernel<decltype(fp8)::value, Y><<<grid_for(desc.n * desc.c), kThreads, 0, stream>>>(
+          static_cast<const uint8_t*>(x), static_cast<Y*>(y), desc, multiplier, inv_y);
+      return check_launch("launch_q8_global_avg_pool", "q8_global_pool_kernel");
+    });
+  });
+}
+
+}  // namespace gpulab::kernels

@@ -1,0 +1,51 @@
+// The device half of src/core/quant.h: the same 8-bit rounding rules with CUDA's intrinsics, so
+// that a kernel using these functions computes, step for step, what the plan interpreter does on
+// the CPU. Every float operation is an explicitly rounded intrinsic (__fmul_rn, __fadd_rn), which
+// nvcc never contracts into a fused multiply-add.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gpulab::kernels {
+
+// q = saturate(round_half_to_even(x * inv_scale)) to [-128, 127]; NaN gives 0 (quant.h).
+__device__ __forceinline__ int8_t quantize_int8(float x, float inv_scale) {
+  const float v = __fmul_rn(x, inv_scale);
+  if (isnan(v)) return 0;
+  return static_cast<int8_t>(__float2int_rn(fminf(fmaxf(v, -128.0f), 127.0f)));
+}
+
+// E4M3 bits of x * inv_scale: round to nearest even, saturate finite values to +-448, NaN to NaN
+// (quant.h's float_to_e4m3).
+__device__ __forceinline__ uint8_t quantize_e4m3(float x, float inv_scale) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fmul_rn(x, inv_scale), __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ float e4m3_to_float(uint8_t bits) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(bits), __NV_E4M3)));
+}
+
+// The quantized number a stored byte holds: the int8 integer or the E4M3 value.
+template <bool kFp8>
+__device__ __forceinline__ float q8_to_float(uint8_t bits) {
+  if constexpr (kFp8) {
+    return e4m3_to_float(bits);
+  } else {
+    return static_cast<float>(static_cast<int8_t>(bits));
+  }
+}
+
+template <bool kFp8>
+__device__ __forceinline__ uint8_t quantize_q8(float x, float inv_scale) {
+  if constexpr (kFp8) {
+    return quantize_e4m3(x, inv_scale);
+  } else {
+    return static_cast<uint8_t>(quantize_int8(x, inv_scale));
+  }
+}
+
+}  // namespace gpulab::kernels

@@ -1,0 +1,31 @@
+// Host-callable launchers of the 8-bit kernels of INT8/FP8 plans (quant.cu); descriptors and
+// their rules in quant_desc.h. The contract of kernels.h holds: each validates its descriptor,
+// never allocates or synchronizes (CUDA-graph safe), checks the launch, keeps no state. 8-bit
+// tensors are bytes (int8 or E4M3 bits).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "backends/cuda/kernels/quant_desc.h"
+
+namespace gpulab::kernels {
+
+// x: float32 NCHW; y: NHWC bytes [n, out_h, out_w, c_out].
+Status launch_quantize_input(const QuantizeInputDesc& desc, const float* x, void* y, cudaStream_t stream);
+
+// x, y: `count` elements of desc.from / desc.to.
+Status launch_quant_cast(const QuantCastDesc& desc, const void* x, void* y, cudaStream_t stream);
+
+// One thread per output element; int8 sums four channels at a time with __dp4a where c / groups,
+// c and the pointers allow it (sm_61 and newer), E4M3 converts each operand to float. The result
+// equals the plan interpreter's bit for bit (quant.h).
+Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, const float* w_scale,
+                      const float* bias, const void* residual, void* y, cudaStream_t stream);
+
+// x: NHWC bytes [n, h, w, c]; y: NHWC bytes [n, out_h, out_w, c].
+Status launch_q8_max_pool(const PoolDesc& desc, const void* x, void* y, cudaStream_t stream);
+
+// x: NHWC bytes [n, h, w, c]; y: [n, c] of desc.y_dtype.
+Status launch_q8_global_avg_pool(const Q8GlobalPoolDesc& desc, const void* x, void* y, cudaStream_t stream);
+
+}  // namespace gpulab::kernels

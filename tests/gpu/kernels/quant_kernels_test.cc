@@ -1,0 +1,317 @@
+// The 8-bit kernels of INT8/FP8 plans (kernels/quant_kernels.h) against host loops that follow
+// src/core/quant.h step by step (its host functions: the same rules, no shared device code). INT8
+// must match bit for bit; FP8 convolutions sum in another order than the host loop, so their
+// outputs may be one E4M3 step apart (code distance 1), everything else matches exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backends/cuda/kernels/quant_kernels.h"
+#include "core/half.h"
+#include "core/quant.h"
+#include "kernel_test_util.h"
+
+namespace gpulab::kernels {
+namespace {
+
+using testing::DeviceBuffer;
+
+std::vector<std::byte> as_bytes(const std::vector<uint8_t>& v) {
+  std::vector<std::byte> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size());
+  return out;
+}
+std::vector<uint8_t> as_u8(const std::vector<std::byte>& v) {
+  std::vector<uint8_t> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size());
+  return out;
+}
+
+// Random 8-bit codes: int8 in [-128, 127]; E4M3 finite codes.
+std::vector<uint8_t> random_codes(size_t n, bool fp8, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) {
+    b = static_cast<uint8_t>(rng() & 0xff);
+    if (fp8 && (b & 0x7f) == 0x7f) b &= 0xfe;  // no NaN
+  }
+  return v;
+}
+
+float value_of(uint8_t b, bool fp8) {
+  return fp8 ? e4m3_to_float(b) : static_cast<float>(static_cast<int8_t>(b));
+}
+uint8_t quantize(float v, float inv, bool fp8) {
+  return fp8 ? float_to_e4m3(v * inv) : static_cast<uint8_t>(quantize_int8(v, inv));
+}
+
+// Signed position of an E4M3 code on the number line (codes of one sign are monotonic).
+int code_rank(uint8_t b, bool fp8) {
+  if (!fp8) return static_cast<int8_t>(b);
+  return (b & 0x80) ? -(b & 0x7f) : (b & 0x7f);
+}
+
+struct ConvCase {
+  const char* name;
+  Q8ConvDesc d;
+};
+
+// The host side of launch_q8_conv: NHWC loops, quant.h's epilogue. Returns 8-bit codes or float
+// values (as floats) in `codes` / `values`.
+void host_conv(const Q8ConvDesc& d, const std::vector<uint8_t>& x, const std::vector<uint8_t>& w,
+               const std::vector<float>& w_scale, const std::vector<float>& bias,
+               const std::vector<uint8_t>& res, std::vector<uint8_t>& codes, std::vector<float>& values) {
+  const bool fp8 = d.x_dtype == DataType::kFp8E4M3;
+  const int64_t cg = d.c / d.groups, kg = d.k / d.groups;
+  const int64_t total = d.n * d.out_h * d.out_w * d.k;
+  codes.assign(static_cast<size_t>(total), 0);
+  values.assign(static_cast<size_t>(total), 0.0f);
+  for (int64_t i = 0; i < total; ++i) {
+    int64_t t = i;
+    const int64_t ko = t % d.k;
+    t /= d.k;
+    const int64_t ow = t % d.out_w;
+    t /= d.out_w;
+    const int64_t oh = t % d.out_h;
+    const int64_t n = t / d.out_h;
+    int64_t acc_i = 0;
+    double acc_d = 0;
+    for (int64_t r = 0; r < d.r; ++r)
+      for (int64_t s = 0; s < d.s; ++s) {
+        const int64_t ih = oh * d.stride.h - d.pads.top + r * d.dilation.h;
+        const int64_t iw = ow * d.stride.w - d.pads.left + s * d.dilation.w;
+        if (ih < 0 || ih >= d.h || iw < 0 || iw >= d.w) continue;
+        for (int64_t c = 0; c < cg; ++c) {
+          const uint8_t xb = x[static_cast<size_t>(((n * d.h + ih) * d.w + iw) * d.c + (ko / kg) * cg + c)];
+          const uint8_t wb = w[static_cast<size_t>(((ko * d.r + r) * d.s + s) * cg + c)];
+          if (fp8)
+            acc_d += static_cast<double>(value_of(xb, true)) * value_of(wb, true);
+          else
+            acc_i += static_cast<int8_t>(xb) * static_cast<int8_t>(wb);
+        }
+      }
+    float v = (fp8 ? static_cast<float>(acc_d) : static_cast<float>(acc_i)) * (d.x_scale * w_scale[ko]);
+    v = v + (bias.empty() ? 0.0f : bias[ko]);
+    if (d.has_residual) v = v + value_of(res[static_cast<size_t>(i)], fp8) * d.residual_scale;
+    if (d.activation == Activation::kRelu) v = std::max(v, 0.0f);
+    if (d.activation == Activation::kClip) v = std::min(std::max(v, d.clip_min), d.clip_max);
+    if (d.y_dtype == d.x_dtype)
+      codes[static_cast<size_t>(i)] = quantize(v, 1.0f / d.y_scale, fp8);
+    else
+      values[static_cast<size_t>(i)] =
+          d.y_dtype == DataType::kFloat16 ? half_bits_to_float(float_to_half_bits(v)) : v;
+  }
+}
+
+std::vector<ConvCase> conv_cases(DataType q) {
+  std::vector<ConvCase> cases;
+  Q8ConvDesc base{.n = 2, .h = 9, .w = 7, .c = 32, .k = 24, .r = 3, .s = 3, .out_h = 9, .out_w = 7};
+  base.pads = {1, 1, 1, 1};
+  base.x_dtype = base.y_dtype = q;
+  base.x_scale = 0.05f;
+  base.y_scale = q == DataType::kInt8 ? 0.9f : 0.01f;
+  base.activation = Activation::kRelu;
+  cases.push_back({"3x3 relu, 8-bit out", base});
+  Q8ConvDesc res = base;
+  res.r = res.s = 1;
+  res.pads = {};
+  res.k = 32;
+  res.has_residual = true;
+  res.residual_scale = 0.03f;
+  res.activation = Activation::kNone;
+  cases.push_back({"1x1 + residual", res});
+  Q8ConvDesc dw = base;
+  dw.k = dw.c = dw.groups = 32;
+  dw.stride = {2, 2};
+  dw.out_h = 5;
+  dw.out_w = 4;
+  dw.activation = Activation::kClip;
+  cases.push_back({"depthwise 3x3/2 clip", dw});
+  Q8ConvDesc odd = base;
+  odd.c = 3;  // not a multiple of 4: the scalar int8 path
+  odd.y_dtype = DataType::kFloat16;
+  cases.push_back({"3 channels, float16 out", odd});
+  Q8ConvDesc gemm{.n = 3, .h = 1, .w = 1, .c = 40, .k = 10, .out_h = 1, .out_w = 1};
+  gemm.x_dtype = q;
+  gemm.x_scale = 0.02f;
+  gemm.y_dtype = DataType::kFloat32;
+  cases.push_back({"gemm, float32 out", gemm});
+  return cases;
+}
+
+void check_conv(DataType q) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  const bool fp8 = q == DataType::kFp8E4M3;
+  for (const ConvCase& cs : conv_cases(q)) {
+    SCOPED_TRACE(cs.name);
+    const Q8ConvDesc& d = cs.d;
+    ASSERT_TRUE(validate(d).is_ok()) << validate(d).to_string();
+    const auto x = random_codes(static_cast<size_t>(d.n * d.h * d.w * d.c), fp8, 1);
+    const auto w = random_codes(static_cast<size_t>(d.k * d.r * d.s * (d.c / d.groups)), fp8, 2);
+    const auto res = random_codes(static_cast<size_t>(d.n * d.out_h * d.out_w * d.k), fp8, 3);
+    std::vector<float> w_scale(static_cast<size_t>(d.k)), bias(static_cast<size_t>(d.k));
+    for (int64_t k = 0; k < d.k; ++k) {
+      w_scale[k] = (fp8 ? 0.001f : 0.01f) * static_cast<float>(1 + k % 5);
+      bias[k] = 0.1f * static_cast<float>(k % 7) - 0.3f;
+    }
+    std::vector<uint8_t> want_codes;
+    std::vector<float> want_values;
+    host_conv(d, x, w, w_scale, bias, res, want_codes, want_values);
+    DeviceBuffer dx(as_bytes(x)), dw(as_bytes(w)), dres(as_bytes(res));
+    DeviceBuffer dscale(testing::encode(w_scale, DataType::kFloat32)),
+        dbias(testing::encode(bias, DataType::kFloat32));
+    const size_t out_count = want_codes.size();
+    DeviceBuffer dy(out_count * dtype_size(d.y_dtype));
+    const Status s = launch_q8_conv(d, dx.get(), dw.get(), static_cast<const float*>(dscale.get()),
+                                    static_cast<const float*>(dbias.get()),
+                                    d.has_residual ? dres.get() : nullptr, dy.get(), nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    testing::expect_synced();
+    EXPECT_TRUE(dy.tail_untouched());
+    if (d.y_dtype == d.x_dtype) {
+      const auto got = as_u8(dy.download());
+      int far = 0, off = 0;
+      for (size_t i = 0; i < out_count; ++i) {
+        const int diff = std::abs(code_rank(got[i], fp8) - code_rank(want_codes[i], fp8));
+        off += diff > 0;
+        far += diff > 1;
+      }
+      if (fp8) {
+        EXPECT_EQ(far, 0) << "FP8 outputs more than one E4M3 step apart";
+      } else {
+        EXPECT_EQ(off, 0) << "INT8 outputs differ";
+      }
+    } else {
+      const auto got = testing::decode(dy.download(), d.y_dtype);
+      if (fp8) {
+        testing::expect_close(got, want_values, DataType::kFloat16);
+      } else {
+        testing::expect_exact(got, want_values);
+      }
+    }
+  }
+}
+
+TEST(QuantKernels, Int8ConvolutionMatchesTheRulesBitForBit) {
+  check_conv(DataType::kInt8);
+}
+
+TEST(QuantKernels, Fp8ConvolutionWithinOneStep) {
+  check_conv(DataType::kFp8E4M3);
+}
+
+TEST(QuantKernels, InputCastsPoolsMatchExactly) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  for (DataType q : {DataType::kInt8, DataType::kFp8E4M3}) {
+    SCOPED_TRACE(dtype_name(q));
+    const bool fp8 = q == DataType::kFp8E4M3;
+    // Input: [2, 3, 10, 10] float NCHW -> space-to-depth block 2, pads 1, 16 channels.
+    QuantizeInputDesc in;
+    in.layout = SpaceToDepthDesc{2, 3, 10, 10, 2, 1, 1, 6, 6, 16, DataType::kFloat32};
+    in.dtype = q;
+    in.scale = fp8 ? 0.004f : 0.02f;
+    const auto image = testing::random_values(2 * 3 * 10 * 10, 9, 2.5f);
+    std::vector<uint8_t> want_in(2 * 6 * 6 * 16, 0);
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t y = 0; y < 6; ++y)
+        for (int64_t x = 0; x < 6; ++x)
+          for (int64_t ch = 0; ch < 16; ++ch) {
+            float v = 0;
+            if (ch < 12) {
+              const int64_t iy = y * 2 + (ch / 3) / 2 - 1, ix = x * 2 + (ch / 3) % 2 - 1;
+              if (iy >= 0 && iy < 10 && ix >= 0 && ix < 10) v = image[((n * 3 + ch % 3) * 10 + iy) * 10 + ix];
+            }
+            want_in[((n * 6 + y) * 6 + x) * 16 + ch] = quantize(v, 1.0f / in.scale, fp8);
+          }
+    DeviceBuffer dimage(testing::encode(image, DataType::kFloat32)), dq(want_in.size());
+    ASSERT_TRUE(
+        launch_quantize_input(in, static_cast<const float*>(dimage.get()), dq.get(), nullptr).is_ok());
+    testing::expect_synced();
+    EXPECT_EQ(as_u8(dq.download()), want_in);
+    // Casts: dequantize to float16, quantize back from float32.
+    const auto codes = random_codes(1000, fp8, 4);
+    std::vector<float> want_half(codes.size());
+    for (size_t i = 0; i < codes.size(); ++i)
+      want_half[i] = half_bits_to_float(float_to_half_bits(value_of(codes[i], fp8) * 0.25f));
+    DeviceBuffer dcodes(as_bytes(codes)), dhalf(codes.size() * 2);
+    ASSERT_TRUE(launch_quant_cast({.count = 1000, .from = q, .to = DataType::kFloat16, .scale = 0.25f},
+                                  dcodes.get(), dhalf.get(), nullptr)
+                    .is_ok());
+    testing::expect_synced();
+    testing::expect_exact(testing::decode(dhalf.download(), DataType::kFloat16), want_half);
+    const auto floats = testing::random_values(1000, 5, 40.0f);
+    std::vector<uint8_t> want_q(floats.size());
+    for (size_t i = 0; i < floats.size(); ++i) want_q[i] = quantize(floats[i], 1.0f / 0.25f, fp8);
+    DeviceBuffer dfloats(testing::encode(floats, DataType::kFloat32)), dout(floats.size());
+    ASSERT_TRUE(launch_quant_cast({.count = 1000, .from = DataType::kFloat32, .to = q, .scale = 0.25f},
+                                  dfloats.get(), dout.get(), nullptr)
+                    .is_ok());
+    testing::expect_synced();
+    EXPECT_EQ(as_u8(dout.download()), want_q);
+    // Max pool 3x3/2 pad 1 over [1, 9, 9, 8]: the largest value's code.
+    PoolDesc pool;
+    pool.n = 1;
+    pool.h = pool.w = 9;
+    pool.c = 8;
+    pool.kernel = {3, 3};
+    pool.stride = {2, 2};
+    pool.pads = {1, 1, 1, 1};
+    pool.dtype = q;
+    pool = with_output_size(pool);
+    const auto px = random_codes(9 * 9 * 8, fp8, 6);
+    std::vector<uint8_t> want_pool(static_cast<size_t>(pool.out_h * pool.out_w * 8));
+    for (int64_t oh = 0; oh < pool.out_h; ++oh)
+      for (int64_t ow = 0; ow < pool.out_w; ++ow)
+        for (int64_t c = 0; c < 8; ++c) {
+          float best = -1e30f;
+          uint8_t code = 0;
+          for (int64_t r = 0; r < 3; ++r)
+            for (int64_t s = 0; s < 3; ++s) {
+              const int64_t ih = oh * 2 - 1 + r, iw = ow * 2 - 1 + s;
+              if (ih < 0 || ih >= 9 || iw < 0 || iw >= 9) continue;
+              const uint8_t b = px[(ih * 9 + iw) * 8 + c];
+              if (value_of(b, fp8) > best) best = value_of(b, fp8), code = b;
+            }
+          want_pool[(oh * pool.out_w + ow) * 8 + c] = code;
+        }
+    DeviceBuffer dpx(as_bytes(px)), dpool(want_pool.size());
+    ASSERT_TRUE(launch_q8_max_pool(pool, dpx.get(), dpool.get(), nullptr).is_ok());
+    testing::expect_synced();
+    EXPECT_EQ(as_u8(dpool.download()), want_pool);
+    // Global average pool [2, 7, 7, 16] -> 8 bits and float16.
+    const auto gx = random_codes(2 * 49 * 16, fp8, 7);
+    const Q8GlobalPoolDesc gap{.n = 2,
+                               .h = 7,
+                               .w = 7,
+                               .c = 16,
+                               .x_dtype = q,
+                               .x_scale = 0.1f,
+                               .y_dtype = q,
+                               .y_scale = fp8 ? 0.01f : 0.05f};
+    std::vector<uint8_t> want_gap(32);
+    std::vector<float> want_gap_half(32);
+    const float multiplier = 0.1f / 49.0f;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 16; ++c) {
+        float sum = 0;
+        for (int64_t p = 0; p < 49; ++p) sum += value_of(gx[(n * 49 + p) * 16 + c], fp8);
+        want_gap[n * 16 + c] = quantize(sum * multiplier, 1.0f / gap.y_scale, fp8);
+        want_gap_half[n * 16 + c] = half_bits_to_float(float_to_half_bits(sum * multiplier));
+      }
+    DeviceBuffer dgx(as_bytes(gx)), dgap(32), dgap_half(64);
+    ASSERT_TRUE(launch_q8_global_avg_pool(gap, dgx.get(), dgap.get(), nullptr).is_ok());
+    Q8GlobalPoolDesc to_half = gap;
+    to_half.y_dtype = DataType::kFloat16;
+    ASSERT_TRUE(launch_q8_global_avg_pool(to_half, dgx.get(), dgap_half.get(), nullptr).is_ok());
+    testing::expect_synced();
+    EXPECT_EQ(as_u8(dgap.download()), want_gap);
+    testing::expect_exact(testing::decode(dgap_half.download(), DataType::kFloat16), want_gap_half);
+  }
+}
+
+}  // namespace
+}  // namespace gpulab::kernels
