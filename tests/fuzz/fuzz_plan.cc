@@ -1,0 +1,27 @@
+// Plan file load and validation (deserialize_plan, what load_plan does after reading the file).
+// Each input is tried as it is, then with its trailing FNV-1a checksum recomputed, so that the
+// mutations reach the header JSON and the weight table instead of stopping at the checksum.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "image/preprocess.h"
+#include "plan/plan.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace gpulab;
+  const auto bytes = std::as_bytes(std::span(data, size));
+  (void)deserialize_plan(bytes);
+  if (size < 8) return 0;
+  std::vector<std::byte> fixed(bytes.begin(), bytes.end());
+  const uint64_t sum = fnv1a64(std::span(fixed).first(size - 8));
+  for (int i = 0; i < 8; ++i) fixed[size - 8 + i] = static_cast<std::byte>((sum >> (8 * i)) & 0xff);
+  auto plan = deserialize_plan(fixed);
+  if (!plan.is_ok()) return 0;
+  // What classify and bench do with a loaded plan before running it.
+  (void)preprocess_from_metadata(plan->metadata);
+  (void)plan->weights_bytes();
+  return 0;
+}
