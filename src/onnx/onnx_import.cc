@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checked.h"
 #include "core/file_io.h"
 #include "core/half.h"
 
@@ -19,10 +20,6 @@ namespace gpulab {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Refuse tensors above this many elements: far beyond any image classifier, and it keeps a
-// corrupt dims field from asking for an absurd allocation.
-constexpr int64_t kMaxTensorElements = int64_t{1} << 32;
 
 struct ImportContext {
   std::string source;                // for messages
@@ -756,12 +753,27 @@ Status Importer::resolve_same_pads() {
       const PoolAttrs& a = node.attr<PoolAttrs>();
       kernel = a.kernel, stride = a.stride, dilation = a.dilation;
     }
-    auto total = [](int64_t in, int64_t k, int64_t s, int64_t d) {
-      const int64_t out = (in + s - 1) / s;
-      return std::max<int64_t>((out - 1) * s + (k - 1) * d + 1 - in, 0);
+    // Attributes from the file: out = ceil(in / s) is at most in, so (out - 1) * s < in + s.
+    auto total = [](int64_t in, int64_t k, int64_t s, int64_t d) -> std::optional<int64_t> {
+      if (in < 1 || k < 1 || s < 1 || d < 1) return std::nullopt;
+      const int64_t out = (in - 1) / s + 1;
+      const std::optional<int64_t> extent = checked_mul(k - 1, d);
+      const std::optional<int64_t> end = extent ? checked_add((out - 1) * s + 1 - in, *extent) : std::nullopt;
+      if (!end) return std::nullopt;
+      return std::max<int64_t>(*end, 0);
     };
-    const int64_t th = total(x->shape[2], kernel.h, stride.h, dilation.h);
-    const int64_t tw = total(x->shape[3], kernel.w, stride.w, dilation.w);
+    const std::optional<int64_t> total_h = total(x->shape[2], kernel.h, stride.h, dilation.h);
+    const std::optional<int64_t> total_w = total(x->shape[3], kernel.w, stride.w, dilation.w);
+    if (!total_h || !total_w) {
+      return Status::invalid_model(
+          "node '" + node.name + "': auto_pad " +
+          (p.mode == AutoPad::kSameUpper ? "SAME_UPPER" : "SAME_LOWER") + " over input " +
+          x->shape.to_string() + " with kernel " + std::to_string(kernel.h) + "x" + std::to_string(kernel.w) +
+          ", strides " + std::to_string(stride.h) + "x" + std::to_string(stride.w) + ", dilations " +
+          std::to_string(dilation.h) + "x" + std::to_string(dilation.w) +
+          ": the window is not positive or too large. The model file is corrupt.");
+    }
+    const int64_t th = *total_h, tw = *total_w;
     const bool upper = p.mode == AutoPad::kSameUpper;
     const Pads pads{upper ? th / 2 : th - th / 2, upper ? tw / 2 : tw - tw / 2, upper ? th - th / 2 : th / 2,
                     upper ? tw - tw / 2 : tw / 2};
