@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <exception>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "core/checked.h"
 #include "core/file_io.h"
 
 namespace gpulab {
@@ -113,11 +117,70 @@ int64_t Plan::weights_bytes() const {
   return total;
 }
 
+namespace {
+
+// The sizes the runtime multiplies (a value's bytes per image times the max batch, the input image,
+// a weight's elements times its element size) must be computable: checked once here, before any
+// other check or the runtime multiplies them. Beyond kMaxPlanBatch images or kMaxPlanValueBytes
+// for a value at the max batch, no GPU could hold the plan anyway.
+constexpr int64_t kMaxPlanBatch = 65536;
+constexpr int64_t kMaxPlanValueBytes = int64_t{1} << 47;
+constexpr int64_t kMaxPlanTotalBytes = int64_t{1} << 56;
+
+Status check_plan_sizes(const Plan& plan) {
+  auto bad = [](std::string what) {
+    return Status::invalid_file("plan: " + what +
+                                ". The file is corrupt or was not written by gpulab; rebuild it.");
+  };
+  if (plan.max_batch > kMaxPlanBatch)
+    return bad(fmt::format("max batch {} is above {}", plan.max_batch, kMaxPlanBatch));
+  auto at_max_batch = [&](int64_t h, int64_t w, int64_t c, size_t elem) -> std::optional<int64_t> {
+    if (h < 1 || w < 1 || c < 1) return std::nullopt;
+    const std::array<int64_t, 5> dims{h, w, c, static_cast<int64_t>(elem),
+                                      std::max<int64_t>(plan.max_batch, 1)};
+    const std::optional<int64_t> bytes = checked_product(dims);
+    if (!bytes || *bytes > kMaxPlanValueBytes) return std::nullopt;
+    return bytes;
+  };
+  if (!at_max_batch(plan.input_h, plan.input_w, plan.input_channels, sizeof(float)))
+    return bad(fmt::format("the input [{},{},{}] at batch {} is not a positive size below {} bytes",
+                           plan.input_channels, plan.input_h, plan.input_w, plan.max_batch,
+                           kMaxPlanValueBytes));
+  if (plan.num_classes > kMaxTensorElements)
+    return bad(fmt::format("{} classes are more than {}", plan.num_classes, kMaxTensorElements));
+  int64_t total_bytes = 0;  // the memory planner's arena never exceeds the sum
+  for (size_t i = 0; i < plan.values.size(); ++i) {
+    const PlanValue& v = plan.values[i];
+    const std::optional<int64_t> bytes = at_max_batch(v.h, v.w, v.c, dtype_size(v.dtype));
+    const std::optional<int64_t> total = bytes ? checked_add(total_bytes, *bytes) : std::nullopt;
+    if (total && *total <= kMaxPlanTotalBytes) {
+      total_bytes = *total;
+      continue;
+    }
+    if (bytes)
+      return bad(
+          fmt::format("its values take more than {} bytes at batch {}", kMaxPlanTotalBytes, plan.max_batch));
+    return bad(fmt::format("value {} '{}' [{},{},{}] at batch {} is not a positive size below {} bytes", i,
+                           v.name, v.h, v.w, v.c, plan.max_batch, kMaxPlanValueBytes));
+  }
+  for (const PlanWeight& w : plan.weights) {
+    const std::optional<int64_t> numel = checked_product(w.shape.dims);
+    if (!numel || *numel < 0 ||
+        std::any_of(w.shape.dims.begin(), w.shape.dims.end(), [](int64_t d) { return d < 0; }) ||
+        !checked_mul(*numel, static_cast<int64_t>(dtype_size(w.dtype))))
+      return bad(fmt::format("weight '{}' has an invalid shape {}", w.name, w.shape.to_string()));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status Plan::validate() const {
   auto bad = [](std::string what) {
     return Status::invalid_file("plan: " + what +
                                 ". The file is corrupt or was not written by gpulab; rebuild it.");
   };
+  GPULAB_TRY(check_plan_sizes(*this));
   if (max_batch < 1) return bad(fmt::format("max batch {} is not positive", max_batch));
   if (input_channels < 1 || input_h < 1 || input_w < 1 || num_classes < 1)
     return bad(fmt::format("input [{},{},{}] or classes {} not positive", input_channels, input_h, input_w,

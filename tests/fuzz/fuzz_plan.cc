@@ -3,11 +3,13 @@
 // mutations reach the header JSON and the weight table instead of stopping at the checksum.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <vector>
 
 #include "image/preprocess.h"
+#include "plan/memory_plan.h"
 #include "plan/plan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -20,8 +22,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int i = 0; i < 8; ++i) fixed[size - 8 + i] = static_cast<std::byte>((sum >> (8 * i)) & 0xff);
   auto plan = deserialize_plan(fixed);
   if (!plan.is_ok()) return 0;
-  // What classify and bench do with a loaded plan before running it.
+  // What classify, bench and the runtime do with a loaded plan before running it: the input's
+  // preprocessing, the weights' size, the activation memory plan at the max batch.
   (void)preprocess_from_metadata(plan->metadata);
   (void)plan->weights_bytes();
+  const MemoryPlan memory = plan_memory(value_lifetimes(*plan, plan->max_batch));
+  if (memory.arena_bytes < 0) std::abort();
   return 0;
 }
