@@ -50,7 +50,7 @@ Result<Image> decode_jpeg(std::span<const std::byte> bytes, std::string_view sou
                     "or truncated.",
                     source_name, tjGetErrorStr2(handle.get())));
   }
-  GPULAB_ASSIGN_OR_RETURN(Image image, allocate_image(width, height, source_name));
+  GPULAB_ASSIGN_OR_RETURN(Image image, allocate_image(width, height, bytes.size(), source_name));
 
   // Adobe CMYK/YCCK JPEGs decode to (inverted) CMYK; libjpeg cannot convert them to RGB itself.
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
@@ -66,8 +66,10 @@ Result<Image> decode_jpeg(std::span<const std::byte> bytes, std::string_view sou
   unsigned char* out = cmyk ? cmyk_pixels.data() : image.rgb.data();
   const int pixel_format = cmyk ? TJPF_CMYK : TJPF_RGB;
 
-  // Flags 0: accurate integer IDCT and fancy upsampling, libjpeg's defaults (what PIL uses).
-  if (tjDecompress2(handle.get(), data, size, out, width, 0, height, pixel_format, 0) != 0) {
+  // Accurate integer IDCT and fancy upsampling, libjpeg's defaults (what PIL uses). LIMITSCANS
+  // refuses a progressive JPEG of more than 500 scans: a few kB of them keep libjpeg busy for
+  // minutes (libjpeg-turbo's own fuzzers found it), and no encoder writes more than a dozen.
+  if (tjDecompress2(handle.get(), data, size, out, width, 0, height, pixel_format, TJFLAG_LIMITSCANS) != 0) {
     const std::string what = tjGetErrorStr2(handle.get());
     if (what.find("Premature end") != std::string::npos) {
       return Status::invalid_file(
