@@ -52,18 +52,24 @@ Result<std::vector<fs::path>> list_images(std::span<const std::string> files_or_
 }
 
 Result<std::vector<LabelledImage>> load_labelled_folder(const fs::path& folder) {
-  if (!fs::is_directory(folder)) {
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) {
     return Status::not_found(fmt::format("dataset '{}': no such folder. Check the path.", folder.string()));
   }
   const fs::path tsv = folder / "labels.tsv";
-  if (!fs::exists(tsv)) {
+  if (!fs::exists(tsv, ec)) {
     return Status::not_found(
         fmt::format("dataset '{}': no labels.tsv. A labelled folder needs labels.tsv with "
                     "rows '<file><TAB><class index>[<TAB><wnid>]'.",
                     folder.string()));
   }
   GPULAB_ASSIGN_OR_RETURN(std::string text, read_file_text(tsv));
-  auto images = parse_labels_tsv(text, folder, tsv.string(), [](const fs::path& p) { return fs::exists(p); });
+  // The error_code overloads: a row's path can be too long or unreadable, and the throwing
+  // overloads would end the process on that.
+  auto images = parse_labels_tsv(text, folder, tsv.string(), [](const fs::path& p) {
+    std::error_code ec;
+    return fs::exists(p, ec);
+  });
   if (images.is_ok() && images->empty()) {
     return Status::invalid_file(fmt::format("dataset '{}': labels.tsv lists no images.", folder.string()));
   }
