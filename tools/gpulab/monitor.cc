@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -11,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "core/interrupt.h"
 #include "telemetry/format.h"
 #include "telemetry/metrics_server.h"
 #include "telemetry/telemetry.h"
@@ -48,7 +51,30 @@ int serve(const telemetry::Telemetry& t, const std::vector<std::uint32_t>& gpus,
   if (!server.is_ok()) return report(server.status());
   std::fprintf(stderr, "gpulab monitor: serving Prometheus metrics on http://%s:%d/metrics\n", host.c_str(),
                port);
-  return report(server.value()->serve());
+  // SIGINT/SIGTERM stop the server (a watcher, since the handler itself may not touch it); the
+  // command then returns 128 + the signal, as a shell reports a process the signal ended.
+  set_interrupt_polling(true);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load() && interrupt_signal() == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    server.value()->stop();
+  });
+  const Status served = server.value()->serve();
+  done.store(true);
+  watcher.join();
+  if (interrupt_signal() != 0) return 128 + interrupt_signal();
+  return report(served);
+}
+
+// Sleeps until `until` or a SIGINT/SIGTERM, whichever comes first (checked every 50 ms).
+void sleep_unless_interrupted(std::chrono::steady_clock::time_point until) {
+  while (interrupt_signal() == 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return;
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::milliseconds(50)));
+  }
 }
 
 int run_monitor(const MonitorOptions& o) {
@@ -81,12 +107,15 @@ int run_monitor(const MonitorOptions& o) {
   const bool live = !o.csv && !o.json;
   const bool clear = live && isatty(STDOUT_FILENO) != 0;
   if (o.csv && !o.no_header) std::printf("%s\n", telemetry::csv_header(selection.value()).c_str());
+  // Interrupted, the loop ends between two readings: every line written is whole.
+  set_interrupt_polling(true);
   auto next = std::chrono::steady_clock::now();
   for (int i = 0; o.count == 0 || i < o.count; ++i) {
     if (i > 0) {
       next += std::chrono::milliseconds(o.interval_ms);
-      std::this_thread::sleep_until(next);
+      sleep_unless_interrupted(next);
     }
+    if (interrupt_signal() != 0) return 128 + interrupt_signal();
     auto samples = sample_all(t, gpus);
     if (!samples.is_ok()) return report(samples.status());
     if (o.csv) {
