@@ -3,6 +3,7 @@
 #   scripts/fuzz.sh TARGET SECONDS [libFuzzer options...]
 #   scripts/fuzz.sh list                     the targets
 #   scripts/fuzz.sh TARGET repro FILE        runs one input (a crash's reproducer) and exits
+#   scripts/fuzz.sh all SECONDS              every target for SECONDS each, two at a time (CI)
 # TARGET is a name without the fuzz_ prefix (onnx_import, plan, jpeg, ...). Builds the fuzz preset
 # (clang-14, ASan, UBSan; scripts/install-deps.sh --fuzz installs it) and generates the seeds on
 # first use. The corpus is build/fuzz/corpus/TARGET (what the run adds; kept between runs), the
@@ -20,11 +21,39 @@ if [ "${1:-}" = list ]; then
   exit 0
 fi
 if [ $# -lt 2 ]; then
-  echo "usage: scripts/fuzz.sh TARGET SECONDS [libFuzzer options...] | TARGET repro FILE | list" >&2
+  echo "usage: scripts/fuzz.sh TARGET SECONDS [libFuzzer options...] | TARGET repro FILE | all SECONDS | list" >&2
   exit 2
 fi
 target=$1
 shift
+
+build=$root/build/fuzz
+seeds=$build/seeds
+build_and_seed() {
+  [ -f "$build/build.ninja" ] || cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -- -j"${GPULAB_FUZZ_JOBS:-2}" "$@" >/dev/null
+  if [ ! -f "$seeds/.complete" ]; then
+    local python=/usr/bin/python3
+    [ -x "$python" ] || python=python3
+    "$python" tests/fuzz/make_seeds.py --out "$seeds" >/dev/null
+    "$build/fuzz/make_plan_seeds" "$seeds/onnx_import" "$seeds/plan" >/dev/null
+    touch "$seeds/.complete"
+  fi
+}
+
+if [ "$target" = all ]; then
+  start=$(date +%s)
+  build_and_seed
+  echo "fuzz: built and seeded in $(( $(date +%s) - start )) s; $(echo $targets | wc -w) targets, $1 s each, two at a time"
+  export GPULAB_FUZZ_NO_BUILD=1
+  set +e
+  echo $targets | tr ' ' '\n' | xargs -P 2 -I{} bash scripts/fuzz.sh {} "$@"
+  status=$?
+  set -e
+  echo "fuzz: all targets done in $(( $(date +%s) - start )) s"
+  [ "$status" -eq 0 ] || { echo "fuzz: a target found a crash, a leak, a hang or a resource bound exceeded (above)"; exit 1; }
+  exit 0
+fi
 case " $targets " in
   *" $target "*) ;;
   *) echo "fuzz.sh: unknown target '$target'; one of: $targets" >&2; exit 2 ;;
@@ -41,11 +70,7 @@ case $target in
   *) max_len=65536; dicts="$target" ;;
 esac
 
-build=$root/build/fuzz
-if [ ! -f "$build/build.ninja" ]; then
-  cmake --preset fuzz >/dev/null
-fi
-cmake --build --preset fuzz --target "fuzz_$target" make_plan_seeds -- -j"${GPULAB_FUZZ_JOBS:-2}" >/dev/null
+[ -n "${GPULAB_FUZZ_NO_BUILD:-}" ] || build_and_seed "fuzz_$target" make_plan_seeds
 binary=$build/fuzz/fuzz_$target
 
 if [ "$1" = repro ]; then
@@ -54,13 +79,6 @@ fi
 seconds=$1
 shift
 
-seeds=$build/seeds
-if [ ! -d "$seeds/$target" ]; then
-  python=/usr/bin/python3
-  [ -x "$python" ] || python=python3
-  "$python" tests/fuzz/make_seeds.py --out "$seeds" >/dev/null
-  "$build/fuzz/make_plan_seeds" "$seeds/onnx_import" "$seeds/plan" >/dev/null
-fi
 corpus=$build/corpus/$target
 artifacts=$build/artifacts/$target
 mkdir -p "$corpus" "$artifacts"
@@ -79,6 +97,7 @@ mkdir -p "$(dirname "$log")"
 # -malloc_limit_mb: no single allocation above 1 GiB from inputs of at most 256 kB (docs/fuzzing.md,
 # resource bounds); -timeout: an input that takes 10 s is a hang. Leaks are reported too.
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+[ -x /usr/lib/llvm-14/bin/llvm-symbolizer ] && export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
 set +e
 "$binary" "${dict_args[@]}" -max_len="$max_len" -max_total_time="$seconds" -timeout=10 \
   -rss_limit_mb=2560 -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$artifacts/" \

@@ -363,7 +363,7 @@ def main():
     for name, data in onnx_seeds.items():
         write(os.path.join(out, "onnx_import", name + ".onnx"), data)
         for i, (what, variant) in enumerate(extreme_variants(data)):
-            write(os.path.join(out, "onnx_extremes", f"{name}.{i:03d}.onnx"), variant)
+            write(os.path.join(out, "onnx_import", f"{name}.extreme{i:03d}.onnx"), variant)
     torchvision_mobilenet_v2(out)
     images(out)
     text_seeds(out)
