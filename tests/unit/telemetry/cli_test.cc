@@ -110,7 +110,7 @@ TEST_F(GpulabCli, DoctorJsonOnAFakeTree) {
   fs::remove_all(root);
 }
 
-// With the stand-in libnvidia-ml.so.1 (tests/unit/telemetry/fake_nvml.cc: one "NVIDIA H200",
+// With the stand-in libnvidia-ml.so.1 (tests/support/fake_nvml.cc: one "NVIDIA H200",
 // power draw unsupported, no energy/PCIe throughput entry points).
 // Prepended, so that the libraries gpulab itself needs stay found (on the GPU host they live in
 // a prefix named by LD_LIBRARY_PATH).
