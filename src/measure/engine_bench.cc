@@ -340,10 +340,13 @@ void fill_cuda_environment(const EngineInfo& info, BenchEnvironment& env) {
 
 // ---- gpulab bench --------------------------------------------------------------------------------
 
-Result<BenchResult> run_engine_bench(const BenchOptions& options, const EngineBenchRequest& request) {
-  GPULAB_TRY(validate(options));
-  GPULAB_TRY(use_cuda_device(options.device, "bench"));
+namespace {
 
+// The engine of the run: loaded from the plan file, or built from the model for the bench's
+// batch; `plan_seconds` is how long that took.
+Result<std::shared_ptr<Engine>> load_or_build_engine(const BenchOptions& options,
+                                                     const EngineBenchRequest& request,
+                                                     double& plan_seconds) {
   std::shared_ptr<Engine> engine;
   const auto plan_start = std::chrono::steady_clock::now();
   if (!request.plan_path.empty()) {
@@ -356,8 +359,41 @@ Result<BenchResult> run_engine_bench(const BenchOptions& options, const EngineBe
     build.device = options.device;
     GPULAB_ASSIGN_OR_RETURN(engine, Engine::build_from_onnx(request.model_path, build));
   }
-  const double plan_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
+  plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
+  return engine;
+}
+
+// Per-layer times (ExecutionContext::profile) joined with the plan's layer facts.
+Result<std::vector<LayerProfileRow>> profile_layers(EngineStreams& streams, const BenchOptions& options,
+                                                    const EngineInfo& info,
+                                                    const std::optional<Ceilings>& ceilings) {
+  GPULAB_ASSIGN_OR_RETURN(const std::vector<LayerTime> times,
+                          streams.profile(options.batch, options.profile_iterations));
+  std::vector<LayerTiming> layers;
+  for (const LayerTime& t : times) {
+    LayerTiming l{.name = t.name, .gpu_ms = t.gpu_ms};
+    for (const LayerInfo& li : info.layers) {
+      if (li.name != t.name) continue;
+      l.kind = li.kind;
+      l.tactic = li.tactic;
+      l.precision = std::string(precision_name(li.precision));
+      l.flops = li.flops_per_image * static_cast<double>(options.batch);
+      l.bytes = static_cast<double>(li.bytes_per_image * options.batch + li.param_bytes);
+      break;
+    }
+    layers.push_back(std::move(l));
+  }
+  return make_profile(layers, ceilings);
+}
+
+}  // namespace
+
+Result<BenchResult> run_engine_bench(const BenchOptions& options, const EngineBenchRequest& request) {
+  GPULAB_TRY(validate(options));
+  GPULAB_TRY(use_cuda_device(options.device, "bench"));
+  double plan_seconds = 0;
+  GPULAB_ASSIGN_OR_RETURN(const std::shared_ptr<Engine> engine,
+                          load_or_build_engine(options, request, plan_seconds));
   const EngineInfo& info = engine->info();
   GPULAB_ASSIGN_OR_RETURN(auto streams, EngineStreams::create(*engine, options.streams, options.batch));
 
@@ -375,28 +411,11 @@ Result<BenchResult> run_engine_bench(const BenchOptions& options, const EngineBe
   fill_cuda_environment(info, result.environment);
   result.environment.start = start_state;
   result.environment.end = end_state;
-
   if (request.measure_ceilings) {
     GPULAB_ASSIGN_OR_RETURN(result.ceilings, measure_ceilings(options.device, result.precision));
   }
   if (options.profile) {
-    GPULAB_ASSIGN_OR_RETURN(const std::vector<LayerTime> times,
-                            streams->profile(options.batch, options.profile_iterations));
-    std::vector<LayerTiming> layers;
-    for (const LayerTime& t : times) {
-      LayerTiming l{.name = t.name, .gpu_ms = t.gpu_ms};
-      for (const LayerInfo& li : info.layers) {
-        if (li.name != t.name) continue;
-        l.kind = li.kind;
-        l.tactic = li.tactic;
-        l.precision = std::string(precision_name(li.precision));
-        l.flops = li.flops_per_image * static_cast<double>(options.batch);
-        l.bytes = static_cast<double>(li.bytes_per_image * options.batch + li.param_bytes);
-        break;
-      }
-      layers.push_back(std::move(l));
-    }
-    result.profile = make_profile(layers, result.ceilings);
+    GPULAB_ASSIGN_OR_RETURN(result.profile, profile_layers(*streams, options, info, result.ceilings));
   }
   return result;
 }
