@@ -111,7 +111,9 @@ class CudaTarget final : public SweepTarget {
                                     int64_t max_images) override {
     const auto start = Clock::now();
     GPULAB_TRY(load_gate(dataset_dir, max_images));
-    if (reference_top1_.empty()) GPULAB_ASSIGN_OR_RETURN(reference_top1_, classify_all(Precision::kFp32));
+    if (reference_top1_.empty()) {
+      GPULAB_ASSIGN_OR_RETURN(reference_top1_, classify_all(Precision::kFp32));
+    }
     GPULAB_ASSIGN_OR_RETURN(const std::vector<int64_t> top1s, classify_all(precision));
     AgreementResult a{.images = static_cast<int64_t>(top1s.size())};
     int64_t same = 0, correct = 0, labelled = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -53,7 +54,8 @@ Result<SimulatedScenario> parse_scenario(const json& doc) {
                                    {"watts_per_tflops", &s.watts_per_tflops},
                                    {"sm_clock_max_mhz", &s.sm_clock_max_mhz},
                                    {"leak_mib_per_oom", &s.leak_mib_per_oom},
-                                   {"sample_period_ms", &s.sample_period_ms}}) {
+                                   {"sample_period_ms", &s.sample_period_ms},
+                                   {"point_delay_ms", &s.point_delay_ms}}) {
     GPULAB_TRY(read(doc, key, *field, ""));
   }
   if (doc.contains("thermal_from_batch")) {
@@ -274,6 +276,10 @@ Result<measure::BenchResult> SimulatedTarget::measure(const measure::BenchOption
       options.include_transfers ? images_per_s * static_cast<double>(scenario_.classes) * 4 / 1024 : 0;
   energy_mj_ += pt.power_w * result.wall_s * 1000.0;
   last_ = pt;
+  if (scenario_.point_delay_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(scenario_.point_delay_ms));
+    last_->end_unix_ms = now_unix_ms();
+  }
   return result;
 }
 

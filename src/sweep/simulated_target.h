@@ -27,7 +27,7 @@
 //                            "host_gap_ms": 0, "tflops_ceiling": 660, "memory_gb_s": 4000,
 //                            "weights_mib": 23, "mib_per_image": 3, "oom_stage": "context",
 //                            "agreement": 0.998, "jitter": 0.01}, ...},
-//    "leak_mib_per_oom": 0}
+//    "leak_mib_per_oom": 0, "point_delay_ms": 0}
 #pragma once
 
 #include <cstdint>
@@ -73,6 +73,7 @@ struct SimulatedScenario {
   int64_t classes = 1000;
   double leak_mib_per_oom = 0;  // device memory an OOM leaves behind (to show the before/after record)
   double sample_period_ms = 50;
+  double point_delay_ms = 0;  // real time each measure() takes (to test interrupting a sweep)
   std::map<Precision, SimulatedPrecision> precisions;
 };
 
@@ -80,7 +81,7 @@ struct SimulatedScenario {
 Result<SimulatedScenario> load_scenario(const std::filesystem::path& path);
 Result<SimulatedScenario> parse_scenario(const nlohmann::json& doc);
 
-class SimulatedTarget final : public SweepTarget, public TelemetrySource {
+class SimulatedTarget : public SweepTarget, public TelemetrySource {
  public:
   SimulatedTarget(SimulatedScenario scenario, std::string description);
 

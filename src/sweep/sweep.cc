@@ -342,6 +342,7 @@ struct Runner {
       point.status = PointStatus::kFailed;
     }
     point.error = status.to_string();
+    point.error_code = status.code();
   }
 
   SweepPoint run_point(Precision precision, int64_t batch, std::optional<double> power_limit,
@@ -524,6 +525,16 @@ Status run_sweep(const SweepOptions& options, const SweepContext& context, Sweep
       }
       if (!runner.sweep_precision(p, limit)) return finish("interrupted", Status::ok());
     }
+  }
+  // Nothing measured and nothing out of memory: the model or the device is the problem, not a batch.
+  const auto measured = std::find_if(result.points.begin(), result.points.end(),
+                                     [](const SweepPoint& q) { return q.status != PointStatus::kFailed; });
+  if (measured == result.points.end() && !result.points.empty()) {
+    const SweepPoint& first = result.points.front();
+    return finish("failed", Status(first.error_code,
+                                   fmt::format("sweep: no point could be measured; the first "
+                                               "({} batch {}) failed with {}",
+                                               precision_name(first.precision), first.batch, first.error)));
   }
   return finish("complete", Status::ok());
 }

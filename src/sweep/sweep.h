@@ -166,8 +166,9 @@ struct SweepPoint {
   std::optional<double> power_limit_w;  // the power-limit axis value the point ran under
   std::string phase;                    // "grow", "bisect", "list"
   PointStatus status = PointStatus::kOk;
-  std::optional<OomStage> oom_stage;  // status oom
-  std::string error;                  // status oom / failed: the message
+  std::optional<OomStage> oom_stage;        // status oom
+  std::string error;                        // status oom / failed: the message
+  StatusCode error_code = StatusCode::kOk;  // status oom / failed: its code (JSON: status_code_name)
   // Device memory in use (whole device) before the point and after its release.
   std::optional<int64_t> memory_before_bytes, memory_after_bytes;
   double seconds = 0;  // host time of the whole point (plan, context, measurement)
@@ -273,8 +274,10 @@ struct SweepContext {
 // Runs the sweep. `result` holds the header (model, options, target, environment) on entry and
 // everything measured on return, also when the returned Status is an error (state "failed") or
 // the sweep was interrupted (state "interrupted"). Per-point errors (OOM, a failed build) are
-// points, not errors; an error is returned for what stops the whole sweep (e.g. the power limit
-// cannot be set, a sticky device error).
+// points, not errors: a failed point ends its precision, and the sweep goes on with the next one.
+// An error is returned for what stops the whole sweep: the power limit cannot be set, an accuracy
+// gate cannot be computed, or no point at all could be measured (a model the engine cannot build:
+// the first point's error, e.g. kUnsupported).
 Status run_sweep(const SweepOptions& options, const SweepContext& context, SweepResult& result);
 
 // How many more points the sweep will probably measure, for a progress estimate: the rest of the

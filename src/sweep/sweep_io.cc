@@ -65,6 +65,13 @@ struct Reader {
   }
 };
 
+Result<StatusCode> status_code_of(const std::string& name, const std::string& where) {
+  for (int c = static_cast<int>(StatusCode::kOk); c <= static_cast<int>(StatusCode::kInternal); ++c) {
+    if (status_code_name(static_cast<StatusCode>(c)) == name) return static_cast<StatusCode>(c);
+  }
+  return Status::invalid_file(fmt::format("{}.error_code: '{}' is not a status code", where, name));
+}
+
 Result<Precision> precision_of(const json& value, const std::string& where) {
   if (!value.is_string()) return Status::invalid_file(fmt::format("{}: a precision must be a string", where));
   auto p = parse_precision(value.get<std::string>());
@@ -203,6 +210,7 @@ json point_json(const SweepPoint& p) {
               {"status", point_status_name(p.status)},
               {"oom_stage", p.oom_stage ? json(oom_stage_name(*p.oom_stage)) : json(nullptr)},
               {"error", str_or_null(p.error)},
+              {"error_code", p.error.empty() ? json(nullptr) : json(status_code_name(p.error_code))},
               {"memory_before_bytes", opt(p.memory_before_bytes)},
               {"memory_after_bytes", opt(p.memory_after_bytes)},
               {"seconds", p.seconds}};
@@ -255,6 +263,10 @@ Result<SweepPoint> point_from_json(const json& j, const std::string& where) {
   if (p.status == PointStatus::kOom && !p.oom_stage) return r.bad("oom_stage", "missing for an oom point");
   GPULAB_ASSIGN_OR_RETURN(auto error, r.optional<std::string>("error"));
   p.error = error.value_or("");
+  GPULAB_ASSIGN_OR_RETURN(auto code, r.optional<std::string>("error_code"));
+  if (code) {
+    GPULAB_ASSIGN_OR_RETURN(p.error_code, status_code_of(*code, where));
+  }
   GPULAB_ASSIGN_OR_RETURN(p.memory_before_bytes, r.optional<int64_t>("memory_before_bytes"));
   GPULAB_ASSIGN_OR_RETURN(p.memory_after_bytes, r.optional<int64_t>("memory_after_bytes"));
   GPULAB_ASSIGN_OR_RETURN(p.seconds, r.number("seconds"));
