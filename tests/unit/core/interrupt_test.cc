@@ -1,6 +1,7 @@
-// SIGINT/SIGTERM while a file is being written: the process ends by the signal, and the temporary
-// file of the write in progress is gone (core/interrupt.h). Each case runs in a forked child, so
-// that the test process keeps its own signal dispositions.
+// SIGINT/SIGTERM while a file is being written: the process ends (by the signal, or with 128 +
+// signal under an InterruptWatch), and the temporary file of the write in progress is gone
+// (core/interrupt.h). Each case runs in a forked child, so that the test process keeps its own
+// signal dispositions and mask.
 #include "core/interrupt.h"
 
 #include <gtest/gtest.h>
@@ -84,16 +85,21 @@ TEST(Interrupt, FilesWrittenBeforeTheSignalStayComplete) {
     EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << entry.path();
 }
 
-TEST(Interrupt, PollingModeOnlyRecordsTheSignal) {
-  const int status = signal_child_during(SIGINT, [](int ready_fd) {
-    set_interrupt_polling(true);
+// A command under an InterruptWatch that does not stop within the grace period: the watcher
+// removes the temporary file of the write in progress and ends the process with 128 + signal.
+TEST(Interrupt, WatchRemovesTheTemporaryFileWhenTheGracePeriodEnds) {
+  const fs::path tmp = scratch("sweep.json.tmp-partial");
+  const int status = signal_child_during(SIGTERM, [&](int ready_fd) {
+    InterruptWatch watch(/*grace_s=*/0.2);
+    const TemporaryFileGuard guard(tmp);
+    std::ofstream(tmp) << "half a result";
     const char byte = 1;
     (void)::write(ready_fd, &byte, 1);
-    while (interrupt_signal() == 0) ::usleep(1000);
-    ::_exit(interrupt_signal() == SIGINT ? 42 : 1);  // still alive, and saw SIGINT
+    for (;;) ::usleep(1000);  // a step that never finishes
   });
   ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 42);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  EXPECT_FALSE(fs::exists(tmp));
 }
 
 }  // namespace
