@@ -613,7 +613,9 @@ std::vector<std::byte> serialize_plan(const Plan& plan) {
     offsets.push_back(blob_size);
     blob_size += w.bytes.size();
   }
-  const std::string header = header_json(plan, offsets).dump();
+  // Names come from the model: one that is not UTF-8 (the importer refuses those) would make
+  // dump() throw; it is written with U+FFFD in its place instead.
+  const std::string header = header_json(plan, offsets).dump(-1, ' ', false, json::error_handler_t::replace);
   std::vector<std::byte> out;
   out.reserve(48 + header.size() + blob_size);
   for (char c : kPlanMagic) out.push_back(static_cast<std::byte>(c));
