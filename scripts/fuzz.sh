@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-targets="onnx_import plan timing_cache labels labels_tsv metrics_request image jpeg png bmp ppm"
+targets="onnx_import plan timing_cache sweep_json labels labels_tsv metrics_request image jpeg png bmp ppm"
 if [ "${1:-}" = list ]; then
   echo "$targets" | tr ' ' '\n'
   exit 0
@@ -37,6 +37,9 @@ build_and_seed() {
     [ -x "$python" ] || python=python3
     "$python" tests/fuzz/make_seeds.py --out "$seeds" >/dev/null
     "$build/fuzz/make_plan_seeds" "$seeds/onnx_import" "$seeds/plan" >/dev/null
+    # Sweep results: what a simulated sweep writes (build/ci's gpulab, when the ci preset is built).
+    mkdir -p "$seeds/sweep_json"
+    cp tests/fuzz/corpus/sweep_json/* "$seeds/sweep_json/" 2>/dev/null || true
     touch "$seeds/.complete"
   fi
 }
@@ -64,6 +67,7 @@ case $target in
   onnx_import) max_len=262144; dicts="onnx_import" ;;
   plan) max_len=262144; dicts="plan" ;;
   timing_cache) max_len=16384; dicts="json" ;;
+  sweep_json) max_len=65536; dicts="json" ;;
   labels | labels_tsv) max_len=16384; dicts="" ;;
   metrics_request) max_len=8192; dicts="metrics_request" ;;
   image) max_len=65536; dicts="jpeg png bmp ppm" ;;
