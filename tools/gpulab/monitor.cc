@@ -52,10 +52,12 @@ int serve(const telemetry::Telemetry& t, const std::vector<std::uint32_t>& gpus,
                port);
   // SIGINT/SIGTERM stop the server (on the watcher's thread); the command then returns 128 + the
   // signal, as a shell reports a process the signal ended.
+  // signal_number() is set before the undo action runs (interrupted() only after it), so it is
+  // the one to read once serve() returns.
   interrupt.on_signal([s = server.value().get()] { s->stop(); });
-  if (interrupt.interrupted()) return interrupt.exit_code();
+  if (interrupt.signal_number() != 0) return interrupt.exit_code();
   const Status served = server.value()->serve();
-  if (interrupt.interrupted()) return interrupt.exit_code();
+  if (interrupt.signal_number() != 0) return interrupt.exit_code();
   return report(served);
 }
 
