@@ -209,7 +209,9 @@ TEST(DecodeImage, AHeaderPromisingFarMorePixelsThanTheFileCanHoldIsRefused) {
   EXPECT_EQ(png.status().code(), StatusCode::kInvalidFile);
   EXPECT_NE(png.status().message().find("decompression bomb"), std::string::npos) << png.status().message();
 
-  EXPECT_TRUE(check_decode_budget(4000, 3000, 1, "x").is_ok());        // 36 MB: under the 64 MiB floor
+  EXPECT_TRUE(check_decode_budget(2000, 2000, 1, "x").is_ok());  // 12 MB: under the 16 MiB floor
+  EXPECT_EQ(check_decode_budget(4000, 3000, 1000, "x").code(), StatusCode::kInvalidFile);  // 36 MB
+  EXPECT_TRUE(check_decode_budget(4000, 3000, 40'000, "x").is_ok());   // 36 MB from 40 kB: 900x
   EXPECT_TRUE(check_decode_budget(8000, 8000, 200'000, "x").is_ok());  // 192 MB from 200 kB: 960x
   EXPECT_EQ(check_decode_budget(8000, 8000, 100'000, "x").code(), StatusCode::kInvalidFile);  // 1920x
   EXPECT_EQ(check_decode_budget(65536, 1, 1 << 30, "x").code(), StatusCode::kInvalidFile);    // a side
