@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string written = to_json(*result).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   auto back = sweep_from_json(nlohmann::json::parse(written, nullptr, false));
   if (!back.is_ok()) {
-    std::fprintf(stderr, "sweep_from_json refuses what to_json wrote: %s\n", back.status().to_string().c_str());
+    std::fprintf(stderr, "sweep_from_json refuses what to_json wrote: %s\n",
+                 back.status().to_string().c_str());
     std::abort();
   }
   return 0;
