@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -493,6 +494,13 @@ Activation activation_from(int v) {
   return static_cast<Activation>(v);
 }
 
+// A Clip bound: JSON has no infinity, and nlohmann writes one (a Clip with only a min or only a
+// max) as null, which reads back as the missing bound's infinity (`sign` -1: min, +1: max).
+float clip_bound(const json& j, int sign) {
+  if (j.is_null()) return sign * std::numeric_limits<float>::infinity();
+  return j.get<float>();
+}
+
 template <typename T>
 T value_or_throw(Result<T> r) {
   if (!r.is_ok()) throw std::runtime_error(r.status().message());
@@ -541,8 +549,8 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
     s.tactic = js.at("tactic").get<std::string>();
     s.flops_per_image = js.at("flops_per_image").get<double>();
     s.activation = activation_from(js.at("activation").get<int>());
-    s.clip_min = js.at("clip").at(0).get<float>();
-    s.clip_max = js.at("clip").at(1).get<float>();
+    s.clip_min = clip_bound(js.at("clip").at(0), -1);
+    s.clip_max = clip_bound(js.at("clip").at(1), +1);
     if (s.kind == StepKind::kConv || s.kind == StepKind::kStem) {
       const auto& c = js.at("conv");
       s.conv.kernel = hw_from(c.at("kernel"));
@@ -551,8 +559,8 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
       s.conv.dilation = hw_from(c.at("dilation"));
       s.conv.groups = c.at("groups").get<int64_t>();
       s.conv.activation = activation_from(c.at("activation").get<int>());
-      s.conv.clip_min = c.at("clip").at(0).get<float>();
-      s.conv.clip_max = c.at("clip").at(1).get<float>();
+      s.conv.clip_min = clip_bound(c.at("clip").at(0), -1);
+      s.conv.clip_max = clip_bound(c.at("clip").at(1), +1);
       s.conv.has_residual = c.at("has_residual").get<bool>();
       if (s.conv.groups < 1 || s.conv.kernel.h < 1 || s.conv.kernel.w < 1 || s.conv.stride.h < 1 ||
           s.conv.stride.w < 1 || s.conv.dilation.h < 1 || s.conv.dilation.w < 1)

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <span>
 
 #include "plan/plan.h"
@@ -205,6 +206,20 @@ TEST(PlanFile, SizesWhoseProductsOverflowAreRefused) {
   const Status s = plan.validate();
   EXPECT_EQ(s.code(), StatusCode::kInvalidFile);
   EXPECT_NE(s.message().find("conv.b"), std::string::npos) << s.message();
+}
+
+// A Clip with only a min (or only a max) has an infinite bound, which JSON writes as null: the
+// plan must read it back as that infinity, not refuse the file.
+TEST(PlanFile, InfiniteClipBoundsRoundTrip) {
+  Plan plan = small_plan();
+  plan.steps[1].conv.clip_min = 0.0f;
+  plan.steps[1].conv.clip_max = std::numeric_limits<float>::infinity();
+  plan.steps[1].clip_min = -std::numeric_limits<float>::infinity();
+  auto back = deserialize_plan(serialize_plan(plan));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->steps[1].conv.clip_min, 0.0f);
+  EXPECT_EQ(back->steps[1].conv.clip_max, std::numeric_limits<float>::infinity());
+  EXPECT_EQ(back->steps[1].clip_min, -std::numeric_limits<float>::infinity());
 }
 
 TEST(PlanFile, RandomGarbageIsRefused) {
