@@ -12,6 +12,7 @@ import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -34,14 +35,16 @@ def main():
     args = ap.parse_args()
     cmd = [args.gpulab, "classify", "--device", "cpu", "--json"] + [args.images] * args.repeats
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out_file = tempfile.TemporaryFile()  # not a pipe: nobody reads it while classify runs
+    proc = subprocess.Popen(cmd, stdout=out_file, stderr=subprocess.DEVNULL)
     samples = []
     while proc.poll() is None:
         r = rss_kib(proc.pid)
         if r:
             samples.append((time.monotonic() - t0, r))
         time.sleep(0.5)
-    out = proc.stdout.read()
+    out_file.seek(0)
+    out = out_file.read()
     seconds = time.monotonic() - t0
     if proc.returncode != 0 or len(samples) < 20:
         print(f"soak: classify exited {proc.returncode} after {seconds:.0f} s with {len(samples)} samples: FAIL")
