@@ -212,7 +212,7 @@ std::string duration_text(double s) {
 class Progress {
  public:
   explicit Progress(const sweep::SweepOptions& options)
-      : options_(options), enabled_(::isatty(STDERR_FILENO) && log_level() <= LogLevel::kInfo) {}
+      : options_(options), enabled_(::isatty(STDERR_FILENO) && log_level() < LogLevel::kError) {}
 
   void point_started(const sweep::SweepResult& r, Precision p, int64_t batch, std::string_view phase) {
     if (!enabled_) return;
