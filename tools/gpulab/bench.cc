@@ -86,18 +86,6 @@ Status check_flags(BenchFlags& f, bool precision_given) {
   return Status::ok();
 }
 
-// The command line as the process received it (for the JSON's environment block).
-std::string process_command_line() {
-  auto text = read_file_text("/proc/self/cmdline");
-  if (!text.is_ok()) return {};
-  std::string out = *text;
-  while (!out.empty() && out.back() == '\0') out.pop_back();
-  for (char& c : out) {
-    if (c == '\0') c = ' ';
-  }
-  return out;
-}
-
 #ifdef GPULAB_BENCH_TELEMETRY
 // NVML's device index is taken to be the CUDA ordinal (true unless CUDA_VISIBLE_DEVICES or
 // CUDA_DEVICE_ORDER reorder the devices; the environment block then names another GPU).

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "gpulab/version.h"
 
@@ -12,6 +13,30 @@ int report(const Status& status) {
   std::fflush(stdout);
   std::fprintf(stderr, "gpulab: %s\n", status.to_string().c_str());
   return exit_code_for(status.code());
+}
+
+std::string process_command_line() {
+  auto text = read_file_text("/proc/self/cmdline");
+  if (!text.is_ok()) return {};
+  std::string out = *text;
+  while (!out.empty() && out.back() == '\0') out.pop_back();
+  for (char& c : out) {
+    if (c == '\0') c = ' ';
+  }
+  return out;
+}
+
+int report_skipped(const std::vector<InputError>& errors, size_t total) {
+  if (errors.empty()) return 0;
+  std::fflush(stdout);
+  for (const InputError& e : errors)
+    std::fprintf(stderr, "gpulab: skipped '%s': %s\n", e.path.string().c_str(), e.status.to_string().c_str());
+  if (errors.size() < total) {
+    std::fprintf(stderr, "gpulab: %zu of %zu input(s) skipped (exit code %d)\n", errors.size(), total,
+                 kExitSomeInputsFailed);
+    return kExitSomeInputsFailed;
+  }
+  return exit_code_for(errors.front().status.code());
 }
 
 void on_run(CLI::App* sub, std::function<int()> body) {
@@ -39,6 +64,7 @@ int main(int argc, char** argv) {
   cli::add_doctor_command(app);
 #endif
   cli::add_classify_command(app);
+  cli::add_pipeline_command(app);
   cli::add_inspect_command(app);
   cli::add_build_command(app);  // without a CUDA build it says so and exits non-zero
   cli::add_bench_command(app);  // always: without a GPU runtime it says so and exits non-zero
