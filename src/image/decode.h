@@ -71,11 +71,12 @@ Result<Image> decode_image_bytes(std::span<const std::byte> bytes, std::string_v
 
 // Options of decode_image_into().
 struct DecodeOptions {
-  // JPEG only: decode at the smallest of libjpeg-turbo's DCT scaling factors (1/8, 1/4, 3/8, ...,
-  // 7/8, 1; tjGetScalingFactors) whose scaled shorter side is still at least this many pixels.
-  // The scaling happens inside the inverse DCT, so a 4000x3000 photo needed at 256 pixels decodes
-  // about 16x less data. The pixels differ from a full decode followed by a resize (the DCT's
-  // filter is not PIL's). 0: always full size, as decode_image() does. Other formats ignore it.
+  // JPEG only: decode at the smallest of the DCT scaling factors 1/2, 1/4, 1/8 (or 1) whose
+  // scaled shorter side is still at least this many pixels. The scaling happens inside the
+  // inverse DCT (the factors libjpeg-turbo runs with SIMD code), so a 4000x3000 photo needed at
+  // 256 pixels is decoded to 1000x750 (the entropy decoding still reads the whole file). The pixels differ
+  // from a full decode followed by a resize (the DCT's filter is not PIL's). 0: always full size, as
+  // decode_image() does. Other formats ignore it.
   int min_shorter_side = 0;
 };
 

@@ -35,18 +35,17 @@ bool is_harmless_warning(const std::string& message) {
          message.find("Adobe APP14") != std::string::npos;
 }
 
-// The DCT scaling factor (at most 1) with the fewest pixels whose scaled shorter side is still at
-// least `min_shorter_side`; 1/1 when none is smaller or no scaling is asked for.
+// The DCT scaling factor with the fewest pixels whose scaled shorter side is still at least
+// `min_shorter_side`, among 1/2, 1/4 and 1/8; 1/1 when none qualifies or no scaling is asked for.
+// libjpeg-turbo has SIMD code for those reduced IDCTs only; its other factors (3/8, 5/8, 3/4, 7/8)
+// run plain-C IDCTs, and decoding at 3/8 measured slower than at 1/2 despite 44% fewer pixels
+// (1024x768 photos: 0.36 vs 0.29 ms per image; the entropy decoding costs the same either way).
 tjscalingfactor choose_scaling(int width, int height, int min_shorter_side) {
   tjscalingfactor best{1, 1};
   if (min_shorter_side <= 0) return best;
-  int count = 0;
-  const tjscalingfactor* factors = tjGetScalingFactors(&count);
-  for (int i = 0; factors && i < count; ++i) {
-    const tjscalingfactor f = factors[i];
-    if (f.num > f.denom) continue;  // upscaling
-    if (std::min(TJSCALED(width, f), TJSCALED(height, f)) < min_shorter_side) continue;
-    if (static_cast<int64_t>(f.num) * best.denom < static_cast<int64_t>(best.num) * f.denom) best = f;
+  for (const int denom : {2, 4, 8}) {
+    const tjscalingfactor f{1, denom};
+    if (std::min(TJSCALED(width, f), TJSCALED(height, f)) >= min_shorter_side) best = f;
   }
   return best;
 }

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -508,20 +509,21 @@ Status torchvision_resize_crop_window(const Image& image, int source_width, int 
   const int x0 = std::max(off_x, 0), x1 = std::min<int>(off_x + s, static_cast<int>(rw));
   const int y0 = std::max(off_y, 0), y1 = std::min<int>(off_y + s, static_cast<int>(rh));
   if (x0 > off_x || y0 > off_y || x1 < off_x + s || y1 < off_y + s) std::fill(out.begin(), out.end(), 0);
-  const AxisWeights wx = compute_axis_weights(image.width, static_cast<int>(rw));
-  const AxisWeights wy = compute_axis_weights(image.height, static_cast<int>(rh));
-  int r0 = image.height, r1 = 0;  // input rows the window's output rows read
-  for (int y = y0; y < y1; ++y) {
-    r0 = std::min(r0, wy.first[y]);
-    r1 = std::max(r1, wy.first[y] + wy.count[y]);
-  }
-  if (r0 >= r1) return Status::ok();
-  const size_t cols = static_cast<size_t>(x1 - x0);
+  const size_t cols = static_cast<size_t>(std::max(x1 - x0, 0));
   const size_t row_bytes = cols * 3;
-  scratch->rows.resize(static_cast<size_t>(r1 - r0) * row_bytes);
-  for (int r = r0; r < r1; ++r) {
+  auto out_row = [&](int y) {
+    return out.data() + (static_cast<size_t>(y - off_y) * s + static_cast<size_t>(x0 - off_x)) * 3;
+  };
+  // The horizontal pass over input row r, window columns only. Skipped (a copy) where PIL skips
+  // it: the width does not change.
+  const bool resample_x = image.width != rw;
+  const AxisWeights wx = resample_x ? compute_axis_weights(image.width, static_cast<int>(rw)) : AxisWeights{};
+  auto horizontal_row = [&](int r, uint8_t* dst) {
     const uint8_t* in = image.rgb.data() + static_cast<size_t>(r) * image.width * 3;
-    uint8_t* dst = scratch->rows.data() + static_cast<size_t>(r - r0) * row_bytes;
+    if (!resample_x) {
+      std::memcpy(dst, in + static_cast<size_t>(x0) * 3, row_bytes);
+      return;
+    }
     for (int x = x0; x < x1; ++x) {
       const int32_t* k = &wx.coeff[static_cast<size_t>(x) * wx.max_count];
       const uint8_t* src = in + static_cast<size_t>(wx.first[x]) * 3;
@@ -531,8 +533,23 @@ Status torchvision_resize_crop_window(const Image& image, int source_width, int 
       }
       for (int c = 0; c < 3; ++c) dst[(x - x0) * 3 + c] = clamp_fixed(acc[c]);
     }
+  };
+  if (image.height == rh) {  // no vertical pass: the window's rows straight into the output
+    for (int y = y0; y < y1; ++y) horizontal_row(y, out_row(y));
+    return Status::ok();
   }
-  std::vector<int32_t> acc(row_bytes);
+  const AxisWeights wy = compute_axis_weights(image.height, static_cast<int>(rh));
+  int r0 = image.height, r1 = 0;  // input rows the window's output rows read
+  for (int y = y0; y < y1; ++y) {
+    r0 = std::min(r0, wy.first[y]);
+    r1 = std::max(r1, wy.first[y] + wy.count[y]);
+  }
+  if (r0 >= r1) return Status::ok();
+  scratch->rows.resize(static_cast<size_t>(r1 - r0) * row_bytes);
+  for (int r = r0; r < r1; ++r)
+    horizontal_row(r, scratch->rows.data() + static_cast<size_t>(r - r0) * row_bytes);
+  std::vector<int32_t>& acc = scratch->acc;
+  acc.resize(row_bytes);
   for (int y = y0; y < y1; ++y) {
     std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
     const int32_t* k = &wy.coeff[static_cast<size_t>(y) * wy.max_count];
@@ -541,7 +558,7 @@ Status torchvision_resize_crop_window(const Image& image, int source_width, int 
       const int32_t weight = k[i];
       for (size_t j = 0; j < row_bytes; ++j) acc[j] += src[j] * weight;
     }
-    uint8_t* dst = out.data() + (static_cast<size_t>(y - off_y) * s + static_cast<size_t>(x0 - off_x)) * 3;
+    uint8_t* dst = out_row(y);
     for (size_t j = 0; j < row_bytes; ++j) dst[j] = clamp_fixed(acc[j]);
   }
   return Status::ok();
@@ -580,11 +597,20 @@ Status normalize_into(std::span<const uint8_t> hwc, const PreprocessSpec& spec, 
         "normalize_into: {} input bytes and {} output floats for a {}x{} image (needs {} and {}).",
         hwc.size(), out_chw.size(), spec.output_size, spec.output_size, plane * 3, plane * 3));
   }
+  // One table per channel (the same float expression preprocess() evaluates, for each of the 256
+  // values) and one pass over the pixels writing the three planes.
   const NormalizeCoefficients k = normalize_coefficients(spec);
-  for (int c = 0; c < 3; ++c) {
-    float* dst = out_chw.data() + c * plane;
-    const float scale = k.scale[c], bias = k.bias[c];
-    for (size_t i = 0; i < plane; ++i) dst[i] = static_cast<float>(hwc[i * 3 + c]) * scale + bias;
+  std::array<std::array<float, 256>, 3> table{};
+  for (int c = 0; c < 3; ++c)
+    for (int v = 0; v < 256; ++v) table[c][v] = static_cast<float>(v) * k.scale[c] + k.bias[c];
+  float* r = out_chw.data();
+  float* g = r + plane;
+  float* b = g + plane;
+  const uint8_t* p = hwc.data();
+  for (size_t i = 0; i < plane; ++i, p += 3) {
+    r[i] = table[0][p[0]];
+    g[i] = table[1][p[1]];
+    b[i] = table[2][p[2]];
   }
   return Status::ok();
 }

@@ -96,6 +96,7 @@ Result<Image> resize_crop(const Image& image, const PreprocessSpec& spec);
 // without allocating pixel buffers. One per thread; the contents between calls mean nothing.
 struct ResizeScratch {
   std::vector<uint8_t> rows;  // the horizontal pass's output rows
+  std::vector<int32_t> acc;   // the vertical pass's accumulators
 };
 
 // resize_crop() into `out_hwc` (exactly output_size^2 * 3 bytes, uint8 HWC RGB), for an image that

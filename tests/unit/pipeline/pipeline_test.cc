@@ -117,7 +117,7 @@ class PipelineTest : public ::testing::Test {
     auto files = list_images(std::vector<std::string>{(testing::source_dir() / "data/images").string()});
     EXPECT_TRUE(files.is_ok());
     std::vector<fs::path> out = *files;
-    write_jpeg(dir_ / "large.jpg", pattern_image(1024, 768, 1));
+    write_jpeg(dir_ / "large.jpg", pattern_image(1024, 768, 1));  // decoded at 1/2 with DCT scaling
     write_jpeg(dir_ / "tall.jpg", pattern_image(300, 900, 2));
     out.push_back(dir_ / "large.jpg");
     out.push_back(dir_ / "tall.jpg");
@@ -172,8 +172,9 @@ TEST_F(PipelineTest, DctScalingDecodesLargeJpegsSmallerAndKeepsSmallOnesExact) {
   auto backend = make_cpu_backend(std::make_unique<FingerprintRunner>(), spec);
   auto r = run_pipeline({.files = files, .spec = spec, .batch = 4, .top_k = kClasses}, *backend);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  // large.jpg (1024x768 at 3/8: 384x288), tall.jpg (300x900 at 7/8: 263x788) and the bundled
-  // JPEGs larger than 256 pixels are decoded smaller; the others exactly as classify decodes them.
+  // large.jpg (1024x768 at 1/2: 512x384) and the bundled parrot.jpg (512x929 at 1/2: 256x465) are
+  // decoded smaller; tall.jpg (300x900: 1/2 would leave 150 columns) and the other bundled JPEGs
+  // (512x384) exactly as classify decodes them.
   int64_t scaled = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     auto bytes = read_file_bytes(files[i]);
@@ -189,7 +190,7 @@ TEST_F(PipelineTest, DctScalingDecodesLargeJpegsSmallerAndKeepsSmallOnesExact) {
     for (const Prediction& p : r->predictions[i])
       EXPECT_EQ(p.score, expected[static_cast<size_t>(p.index)]) << files[i];
   }
-  EXPECT_GE(scaled, 2);
+  EXPECT_EQ(scaled, 2);
   EXPECT_EQ(r->stats.dct_scaled_images, scaled);
 }
 
