@@ -495,17 +495,10 @@ NormalizeCoefficients normalize_coefficients(const PreprocessSpec& spec) {
 Status torchvision_resize_crop_window(const Image& image, int source_width, int source_height,
                                       const PreprocessSpec& spec, std::span<uint8_t> out,
                                       ResizeScratch* scratch) {
-  int64_t rw = 0, rh = 0;
-  resized_size(source_width, source_height, spec.resize_shorter, &rw, &rh);
-  if (rw > kMaxImageSide || rh > kMaxImageSide || rw * rh > kMaxImagePixels) {
-    return Status::invalid_argument(fmt::format(
-        "preprocess: resizing the {}x{} image's shorter side to {} gives {}x{}, beyond {} pixels "
-        "per side or {} in total. The image's aspect ratio is too extreme for this preset.",
-        source_width, source_height, spec.resize_shorter, rw, rh, kMaxImageSide, kMaxImagePixels));
-  }
+  GPULAB_ASSIGN_OR_RETURN(const CropGeometry g, torchvision_geometry(source_width, source_height, spec));
+  const int64_t rw = g.resized_width, rh = g.resized_height;
   const int s = spec.output_size;
-  const int off_x = center_crop_offset(static_cast<int>(rw), s);
-  const int off_y = center_crop_offset(static_cast<int>(rh), s);
+  const int off_x = g.crop_x, off_y = g.crop_y;
   const int x0 = std::max(off_x, 0), x1 = std::min<int>(off_x + s, static_cast<int>(rw));
   const int y0 = std::max(off_y, 0), y1 = std::min<int>(off_y + s, static_cast<int>(rh));
   if (x0 > off_x || y0 > off_y || x1 < off_x + s || y1 < off_y + s) std::fill(out.begin(), out.end(), 0);
@@ -565,6 +558,24 @@ Status torchvision_resize_crop_window(const Image& image, int source_width, int 
 }
 
 }  // namespace
+
+Result<CropGeometry> torchvision_geometry(int source_width, int source_height, const PreprocessSpec& spec) {
+  int64_t rw = 0, rh = 0;
+  resized_size(source_width, source_height, spec.resize_shorter, &rw, &rh);
+  if (source_width <= 0 || source_height <= 0 || rw > kMaxImageSide || rh > kMaxImageSide ||
+      rw * rh > kMaxImagePixels) {
+    return Status::invalid_argument(fmt::format(
+        "preprocess: resizing the {}x{} image's shorter side to {} gives {}x{}, beyond {} pixels "
+        "per side or {} in total. The image's aspect ratio is too extreme for this preset.",
+        source_width, source_height, spec.resize_shorter, rw, rh, kMaxImageSide, kMaxImagePixels));
+  }
+  CropGeometry g;
+  g.resized_width = static_cast<int>(rw);
+  g.resized_height = static_cast<int>(rh);
+  g.crop_x = center_crop_offset(g.resized_width, spec.output_size);
+  g.crop_y = center_crop_offset(g.resized_height, spec.output_size);
+  return g;
+}
 
 Status resize_crop_into(const Image& image, int source_width, int source_height, const PreprocessSpec& spec,
                         std::span<uint8_t> out_hwc, ResizeScratch* scratch) {
