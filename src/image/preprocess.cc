@@ -495,7 +495,7 @@ NormalizeCoefficients normalize_coefficients(const PreprocessSpec& spec) {
 Status torchvision_resize_crop_window(const Image& image, int source_width, int source_height,
                                       const PreprocessSpec& spec, std::span<uint8_t> out,
                                       ResizeScratch* scratch) {
-  GPULAB_ASSIGN_OR_RETURN(const CropGeometry g, torchvision_geometry(source_width, source_height, spec));
+  GPULAB_ASSIGN_OR_RETURN(const CropGeometry g, crop_geometry(source_width, source_height, spec));
   const int64_t rw = g.resized_width, rh = g.resized_height;
   const int s = spec.output_size;
   const int off_x = g.crop_x, off_y = g.crop_y;
@@ -559,7 +559,18 @@ Status torchvision_resize_crop_window(const Image& image, int source_width, int 
 
 }  // namespace
 
-Result<CropGeometry> torchvision_geometry(int source_width, int source_height, const PreprocessSpec& spec) {
+Result<CropGeometry> crop_geometry(int source_width, int source_height, const PreprocessSpec& spec) {
+  if (spec.preset == PreprocessSpec::Preset::kTfSlim) {
+    if (source_width <= 0 || source_height <= 0)
+      return Status::invalid_argument(
+          fmt::format("preprocess: image size {}x{} is not positive.", source_width, source_height));
+    CropGeometry g;
+    g.crop_x = central_crop_offset(source_width, spec.central_fraction);
+    g.crop_y = central_crop_offset(source_height, spec.central_fraction);
+    g.resized_width = source_width - 2 * g.crop_x;
+    g.resized_height = source_height - 2 * g.crop_y;
+    return g;
+  }
   int64_t rw = 0, rh = 0;
   resized_size(source_width, source_height, spec.resize_shorter, &rw, &rh);
   if (source_width <= 0 || source_height <= 0 || rw > kMaxImageSide || rh > kMaxImageSide ||

@@ -92,15 +92,18 @@ Result<Tensor> make_batch(std::span<const Image> images, const PreprocessSpec& s
 // kTfSlim: the float resize rounded to the nearest integer (within 0.5 of what preprocess() uses).
 Result<Image> resize_crop(const Image& image, const PreprocessSpec& spec);
 
-// kTorchvision's geometry for a file of source_width x source_height: the size its shorter side
-// is resized to (resized_width x resized_height) and the crop's top-left corner in the resized
-// image (negative where the crop is larger than it, which pads). kInvalidArgument for sizes a
-// resize would make too large.
+// A preset's geometry for an image of source_width x source_height:
+//  - kTorchvision: the size its shorter side is resized to (resized_width x resized_height) and
+//    the crop's top-left corner in the resized image (negative where the crop is larger than it,
+//    which pads);
+//  - kTfSlim: the central crop's corner (crop_x, crop_y) and size (resized_width x
+//    resized_height) in the image, which is then resized to output_size.
+// kInvalidArgument for non-positive sizes or a resize too large.
 struct CropGeometry {
   int resized_width = 0, resized_height = 0;
   int crop_x = 0, crop_y = 0;
 };
-Result<CropGeometry> torchvision_geometry(int source_width, int source_height, const PreprocessSpec& spec);
+Result<CropGeometry> crop_geometry(int source_width, int source_height, const PreprocessSpec& spec);
 
 // Reusable buffers of resize_crop_into(), so that a loop over images reaches a steady state
 // without allocating pixel buffers. One per thread; the contents between calls mean nothing.

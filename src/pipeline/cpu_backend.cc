@@ -18,7 +18,7 @@ class CpuBackend final : public BatchBackend {
   std::string name() const override { return "cpu"; }
   int input_size() const override { return spec_.output_size; }
 
-  Status allocate_slots(int count, int64_t batch) override {
+  Status allocate_slots(int count, int64_t batch, int /*top_k*/) override {
     const int64_t s = spec_.output_size;
     slots_.clear();
     for (int i = 0; i < count; ++i) slots_.emplace_back(DataType::kFloat32, Shape{batch, 3, s, s});

@@ -211,7 +211,7 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& options, BatchBackend
   const int in_flight_limit = std::max(1, std::min(backend.max_in_flight(), slots - 1));
   auto batch_count = [&](int64_t b) { return std::min(batch, total - b * batch); };
 
-  GPULAB_TRY(backend.allocate_slots(slots, batch));
+  GPULAB_TRY(backend.allocate_slots(slots, batch, options.top_k));
 
   PipelineResult result;
   result.predictions.resize(static_cast<size_t>(files));
@@ -351,6 +351,7 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& options, BatchBackend
     if (before < files && done >= files) {
       stats.first_pass_s = seconds_between(start, Clock::now());
       stats.rss_after_first_pass_bytes = current_rss_bytes();
+      stats.device_used_after_first_pass_bytes = backend.device_account().device_used_bytes;
     }
     ring.release(b);
     if (options.progress)
@@ -399,6 +400,7 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& options, BatchBackend
     stats.dct_scaled_images += a.dct_scaled;
   }
   stats.stages = {read, decode, infer};
+  stats.device = backend.device_account();
   stats.rss_final_bytes = current_rss_bytes();
   stats.rss_peak_bytes = peak_rss_bytes();
   return result;

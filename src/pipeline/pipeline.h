@@ -43,6 +43,16 @@ struct Prediction {
   float probability = 0;  // softmax over all classes (the score itself for a probability output)
 };
 
+// A GPU backend's account of the device.
+struct DeviceAccount {
+  bool present = false;
+  int64_t h2d_bytes = 0;               // uploaded pixels and descriptors
+  double h2d_s = 0;                    // device time of the uploads (events on the copy stream)
+  double gpu_busy_s = 0;               // device time from each batch's preprocessing to its top-k copy
+  int64_t device_used_bytes = 0;       // cudaMemGetInfo: total - free, now
+  int64_t device_used_peak_bytes = 0;  // the largest value seen at a batch's end
+};
+
 // What decode threads may keep between images: reused buffers, so that the steady state allocates
 // nothing per image.
 struct StageScratch {
@@ -58,9 +68,9 @@ class BatchBackend {
  public:
   virtual ~BatchBackend() = default;
   virtual std::string name() const = 0;
-  // Prepares `count` staging slots of up to `batch` images each (the only allocation of batch
-  // memory; the pipeline reuses them).
-  virtual Status allocate_slots(int count, int64_t batch) = 0;
+  // Prepares `count` staging slots of up to `batch` images each, whose results keep `top_k`
+  // classes (the only allocation of batch memory; the pipeline reuses them).
+  virtual Status allocate_slots(int count, int64_t batch, int top_k) = 0;
   // Writes decoded image `position` of slot `slot` (`info` tells its size in the file).
   virtual Status stage(int slot, int64_t position, const Image& image, const DecodeInfo& info,
                        StageScratch* scratch) = 0;
@@ -75,6 +85,11 @@ class BatchBackend {
   virtual int max_in_flight() const { return 1; }
   // The input size the backend's model takes (square side, pixels).
   virtual int input_size() const = 0;
+  // GPU backends: what the device did so far (zeros on the CPU). Called on the inference thread.
+  virtual DeviceAccount device_account() { return {}; }
+  // The model alone on a batch already in place (GPU: device-resident input, CUDA events), images
+  // per second; 0 when the backend cannot tell (the CPU backend: the infer stage's rate is it).
+  virtual Result<double> compute_only_ips(int64_t /*batch*/) { return 0.0; }
 };
 
 // Runs float32 NCHW batches on the host: the CPU backend's inference.
@@ -162,6 +177,9 @@ struct PipelineStats {
   int64_t rss_after_first_pass_bytes = 0;
   int64_t rss_final_bytes = 0;
   int64_t rss_peak_bytes = 0;
+  // GPU backends: the device's account at the end, and its memory in use after pass 1.
+  DeviceAccount device;
+  int64_t device_used_after_first_pass_bytes = 0;
 };
 
 struct PipelineResult {

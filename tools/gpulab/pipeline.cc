@@ -18,6 +18,9 @@
 #include "gpulab/version.h"
 #include "image/dataset.h"
 #include "pipeline/pipeline.h"
+#ifdef GPULAB_HAVE_GPU_PIPELINE
+#include "pipeline/pipeline_cuda.h"
+#endif
 #include "progress.h"
 
 namespace gpulab::cli {
@@ -84,9 +87,21 @@ nlohmann::json null_if_zero(double v) {
   return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
+// Where preprocessing ran and the compute-only figure the ratio uses.
+struct RunFacts {
+  std::string preprocess = "cpu";
+  double compute_only_ips = 0;
+  std::string compute_only_source = "infer stage";
+};
+
+nlohmann::json or_null(bool known, double v) {
+  return known ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
 nlohmann::json to_json(const PipelineCliOptions& o, const Classifier& c, const PipelineResult& r,
-                       const std::vector<std::filesystem::path>& files) {
+                       const std::vector<std::filesystem::path>& files, const RunFacts& facts) {
   const PipelineStats& s = r.stats;
+  const DeviceAccount& dev = s.device;
   nlohmann::json stages = nlohmann::json::array();
   for (const StageStats& st : s.stages) {
     stages.push_back({{"name", st.name},
@@ -101,8 +116,7 @@ nlohmann::json to_json(const PipelineCliOptions& o, const Classifier& c, const P
                       {"wait_output_s", st.wait_output_s}});
   }
   const Limiter l = find_limiter(s);
-  const StageStats& infer = s.stages.back();
-  const double compute_ips = infer.capacity_ips();
+  const double compute_ips = facts.compute_only_ips;
   nlohmann::json errors = nlohmann::json::array();
   for (const InputError& e : r.errors)
     errors.push_back({{"file", e.path.string()}, {"error", e.status.to_string()}});
@@ -111,7 +125,7 @@ nlohmann::json to_json(const PipelineCliOptions& o, const Classifier& c, const P
       {"schema_version", 1},
       {"model", c.model_path.empty() ? o.plan_path : c.model_path},
       {"backend", c.backend->name()},
-      {"preprocess", "cpu"},
+      {"preprocess", facts.preprocess},
       {"preprocess_spec", c.spec.describe()},
       {"decoder", "turbojpeg"},
       {"options",
@@ -141,19 +155,23 @@ nlohmann::json to_json(const PipelineCliOptions& o, const Classifier& c, const P
         {"next_name", l.next ? nlohmann::json(l.next->name) : nlohmann::json(nullptr)},
         {"margin", l.next ? nlohmann::json(l.margin) : nlohmann::json(nullptr)}}},
       {"compute_only_ips", null_if_zero(compute_ips)},
-      {"compute_only_source", "infer stage"},
+      {"compute_only_source", facts.compute_only_source},
       {"end_to_end_vs_compute",
        compute_ips > 0 ? nlohmann::json(s.throughput_ips / compute_ips) : nlohmann::json(nullptr)},
-      {"h2d_gb_s", nullptr},
-      {"gpu_busy_share", nullptr},
+      {"h2d_gb_s",
+       or_null(dev.present && dev.h2d_s > 0, dev.h2d_s > 0 ? dev.h2d_bytes / dev.h2d_s * 1e-9 : 0)},
+      {"gpu_busy_share", or_null(dev.present && s.wall_s > 0, s.wall_s > 0 ? dev.gpu_busy_s / s.wall_s : 0)},
       {"memory",
        {{"rss_after_first_pass_bytes", s.rss_after_first_pass_bytes},
         {"rss_final_bytes", s.rss_final_bytes},
         {"rss_peak_bytes", s.rss_peak_bytes},
         {"rss_growth_fraction", rss_growth(s)},
-        {"device_used_after_first_pass_bytes", nullptr},
-        {"device_used_final_bytes", nullptr},
-        {"device_used_peak_bytes", nullptr}}},
+        {"device_used_after_first_pass_bytes",
+         dev.present ? nlohmann::json(s.device_used_after_first_pass_bytes) : nlohmann::json(nullptr)},
+        {"device_used_final_bytes",
+         dev.present ? nlohmann::json(dev.device_used_bytes) : nlohmann::json(nullptr)},
+        {"device_used_peak_bytes",
+         dev.present ? nlohmann::json(dev.device_used_peak_bytes) : nlohmann::json(nullptr)}}},
       {"errors", std::move(errors)},
       {"environment",
        {{"gpulab_version", GPULAB_VERSION},
@@ -173,12 +191,14 @@ nlohmann::json to_json(const PipelineCliOptions& o, const Classifier& c, const P
   return j;
 }
 
-void print_table(const PipelineCliOptions& o, const Classifier& c, const PipelineResult& r) {
+void print_table(const PipelineCliOptions& o, const Classifier& c, const PipelineResult& r,
+                 const RunFacts& facts) {
   const PipelineStats& s = r.stats;
   fmt::print("Pipeline: {} files x {} pass(es), batch {}, {} decode thread(s), {} staging slots\n", s.files,
              s.passes, s.batch, s.decode_threads, s.queue_depth);
-  fmt::print("Model: {} on {}; preprocessing on the CPU ({})\n",
-             c.model_path.empty() ? o.plan_path : c.model_path, c.backend->name(), c.spec.describe());
+  fmt::print("Model: {} on {}; preprocessing on the {} ({})\n",
+             c.model_path.empty() ? o.plan_path : c.model_path, c.backend->name(),
+             facts.preprocess == "gpu" ? "GPU" : "CPU", c.spec.describe());
   fmt::print("JPEG: libjpeg-turbo, DCT scaling {} ({} image(s) decoded below full size)\n",
              o.dct_scaling ? "on" : "off", s.dct_scaled_images);
   fmt::print("Files in RAM after pass 1: {} ({:.1f} MiB cached)\n", s.files_cached ? "yes" : "no",
@@ -204,10 +224,20 @@ void print_table(const PipelineCliOptions& o, const Classifier& c, const Pipelin
       fmt::print("; next: {} at {:.1f} img/s ({:.2f}x)", l.next->name, l.next->capacity_ips(), l.margin);
     fmt::print("\n");
   }
-  const double compute_ips = s.stages.back().capacity_ips();
+  const double compute_ips = facts.compute_only_ips;
   if (compute_ips > 0)
-    fmt::print("Compute only: {:.1f} img/s (the infer stage's own rate); end to end is {:.0f}% of it\n",
-               compute_ips, 100.0 * s.throughput_ips / compute_ips);
+    fmt::print("Compute only: {:.1f} img/s ({}); end to end is {:.0f}% of it\n", compute_ips,
+               facts.compute_only_source, 100.0 * s.throughput_ips / compute_ips);
+  const DeviceAccount& dev = s.device;
+  if (dev.present) {
+    fmt::print(
+        "GPU: busy {:.1f}% of the wall time; H2D {:.2f} GB/s ({:.1f} MiB uploaded in {:.3f} s of copies)\n",
+        s.wall_s > 0 ? 100.0 * dev.gpu_busy_s / s.wall_s : 0.0,
+        dev.h2d_s > 0 ? dev.h2d_bytes / dev.h2d_s * 1e-9 : 0.0, dev.h2d_bytes / kMiB, dev.h2d_s);
+    fmt::print("Device memory in use: {:.1f} MiB after pass 1, {:.1f} MiB at the end, peak {:.1f} MiB\n",
+               s.device_used_after_first_pass_bytes / kMiB, dev.device_used_bytes / kMiB,
+               dev.device_used_peak_bytes / kMiB);
+  }
   fmt::print("Memory: RSS {:.1f} MiB after pass 1, {:.1f} MiB at the end",
              s.rss_after_first_pass_bytes / kMiB, s.rss_final_bytes / kMiB);
   const nlohmann::json growth = rss_growth(s);
@@ -242,9 +272,6 @@ int run_pipeline_command(PipelineCliOptions o) {
   }
   if (o.cache_mib < 0) return report(Status::invalid_argument("--cache-mib must not be negative."));
   GPULAB_ASSIGN_OR_REPORT(auto files, list_images(o.inputs));
-  if (o.preprocess == "gpu")
-    return report(Status::unavailable(
-        "--preprocess gpu: this gpulab has no GPU preprocessing backend yet. Use --preprocess cpu."));
   explain_decoder(o.decoder);
   GPULAB_ASSIGN_OR_REPORT(std::unique_ptr<Classifier> classifier, load_classifier({.model_path = o.model_path,
                                                                                    .plan_path = o.plan_path,
@@ -253,7 +280,26 @@ int run_pipeline_command(PipelineCliOptions o) {
                                                                                    .preset = o.preset,
                                                                                    .preset_flag = "--preset",
                                                                                    .max_batch = o.batch}));
-  std::unique_ptr<BatchBackend> backend = make_cpu_backend(make_host_runner(*classifier), classifier->spec);
+  RunFacts facts;
+  std::unique_ptr<BatchBackend> backend;
+#ifdef GPULAB_HAVE_GPU_PIPELINE
+  const std::shared_ptr<Engine> engine = classifier->backend->engine();
+  facts.preprocess = o.preprocess == "auto" ? (engine ? "gpu" : "cpu") : o.preprocess;
+  if (facts.preprocess == "gpu") {
+    if (!engine)
+      return report(
+          Status::unavailable("--preprocess gpu needs the GPU engine, and the model runs on the CPU "
+                              "(--device cpu, or no usable GPU). "
+                              "Use --preprocess cpu."));
+    GPULAB_ASSIGN_OR_REPORT(backend, make_gpu_backend({.engine = engine, .spec = classifier->spec}));
+  }
+#else
+  if (o.preprocess == "gpu")
+    return report(Status::unavailable(
+        "--preprocess gpu: this gpulab was built without CUDA. Use --preprocess cpu, or rebuild with the "
+        "CUDA toolkit (cmake --preset release)."));
+#endif
+  if (!backend) backend = make_cpu_backend(make_host_runner(*classifier), classifier->spec);
   ProgressLine progress("pipeline");
   PipelineOptions options{.files = files,
                           .spec = classifier->spec,
@@ -267,10 +313,16 @@ int run_pipeline_command(PipelineCliOptions o) {
                           .progress = [&](const PipelineProgress& p) { progress.update(p); }};
   GPULAB_ASSIGN_OR_REPORT(PipelineResult result, run_pipeline(options, *backend));
   progress.finish();
+  facts.compute_only_ips = result.stats.stages.back().capacity_ips();  // CPU: the infer stage's own rate
+  if (facts.preprocess == "gpu") {
+    GPULAB_ASSIGN_OR_REPORT(const double ips, backend->compute_only_ips(result.stats.batch));
+    facts.compute_only_ips = ips;
+    facts.compute_only_source = "the engine alone on a device-resident batch, CUDA events";
+  }
   if (o.json) {
-    fmt::print("{}\n", to_json(o, *classifier, result, files).dump(2));
+    fmt::print("{}\n", to_json(o, *classifier, result, files, facts).dump(2));
   } else {
-    print_table(o, *classifier, result);
+    print_table(o, *classifier, result, facts);
   }
   return report_skipped(result.errors, files.size());
 }
