@@ -51,11 +51,24 @@ tjscalingfactor choose_scaling(int width, int height, int min_shorter_side) {
 }
 
 // One TurboJPEG decompressor per thread, kept for the thread's life (creating one per image
-// costs a few allocations and initialisations; the handle keeps no per-image state).
-void* thread_decompressor() {
-  thread_local TjHandle handle(tjInitDecompress());
-  return handle.get();
-}
+// costs a few allocations and initialisations). After any call that reported an error or a
+// warning, TurboJPEG 2.1 can leave the handle unable to read the next, valid file ("Bogus DQT
+// index"), so such a handle is replaced (ThreadDecompressor::discard).
+class ThreadDecompressor {
+ public:
+  static void* get() {
+    TjHandle& h = handle();
+    if (!h) h.reset(tjInitDecompress());
+    return h.get();
+  }
+  static void discard() { handle().reset(); }
+
+ private:
+  static TjHandle& handle() {
+    thread_local TjHandle h;
+    return h;
+  }
+};
 
 }  // namespace
 
@@ -68,7 +81,7 @@ Result<Image> decode_jpeg(std::span<const std::byte> bytes, std::string_view sou
 
 Status decode_jpeg_into(std::span<const std::byte> bytes, std::string_view source_name, int min_shorter_side,
                         Image* out, DecodeInfo* info) {
-  void* handle = thread_decompressor();
+  void* handle = ThreadDecompressor::get();
   if (!handle) {
     return Status::out_of_memory(fmt::format("image '{}': cannot create a TurboJPEG decompressor ({}).",
                                              source_name, tjGetErrorStr2(nullptr)));
@@ -77,10 +90,12 @@ Status decode_jpeg_into(std::span<const std::byte> bytes, std::string_view sourc
   const auto size = static_cast<unsigned long>(bytes.size());
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
   if (tjDecompressHeader3(handle, data, size, &width, &height, &subsampling, &colorspace) != 0) {
-    return Status::invalid_file(
-        fmt::format("image '{}': not a readable JPEG ({}). The file is corrupt "
-                    "or truncated.",
-                    source_name, tjGetErrorStr2(handle)));
+    const Status status =
+        Status::invalid_file(fmt::format("image '{}': not a readable JPEG ({}). The file is corrupt "
+                                         "or truncated.",
+                                         source_name, tjGetErrorStr2(handle)));
+    ThreadDecompressor::discard();
+    return status;
   }
   GPULAB_TRY(check_image_dimensions(width, height, source_name));
   const tjscalingfactor scale = choose_scaling(width, height, min_shorter_side);
@@ -109,6 +124,8 @@ Status decode_jpeg_into(std::span<const std::byte> bytes, std::string_view sourc
   // Asking for out_w x out_h makes TurboJPEG scale by `scale` in the IDCT.
   if (tjDecompress2(handle, data, size, pixels, out_w, 0, out_h, pixel_format, 0) != 0) {
     const std::string what = tjGetErrorStr2(handle);
+    const bool warning = tjGetErrorCode(handle) == TJERR_WARNING;
+    ThreadDecompressor::discard();
     if (what.find("Premature end") != std::string::npos) {
       return Status::invalid_file(
           fmt::format("image '{}': the JPEG data is truncated ({}). Re-copy or "
@@ -118,7 +135,7 @@ Status decode_jpeg_into(std::span<const std::byte> bytes, std::string_view sourc
     // TurboJPEG reports the last message, and reports it as a warning whenever any warning came
     // first (a fatal error after a warning included), so only known-harmless warnings that leave
     // a complete image are tolerated, as PIL tolerates them.
-    if (tjGetErrorCode(handle) != TJERR_WARNING || !is_harmless_warning(what)) {
+    if (!warning || !is_harmless_warning(what)) {
       return Status::invalid_file(
           fmt::format("image '{}': JPEG decoding failed ({}). The file is corrupt.", source_name, what));
     }

@@ -181,5 +181,23 @@ TEST(DecodeInto, ErrorsNameTheFileAndLeaveNoImage) {
   EXPECT_EQ(decode_image_into(junk, "junk.bin", {}, &image).status().code(), StatusCode::kUnsupported);
 }
 
+// TurboJPEG 2.1 can leave a decompressor unable to read the next, valid file after an error
+// ("Bogus DQT index"); each thread's decompressor is replaced after any error, so a good file
+// decodes whatever came before it on the thread.
+TEST(DecodeInto, GoodJpegDecodesAfterAnyCorruptOne) {
+  const std::vector<std::byte> good = encode_jpeg(pattern_image(96, 64), 90);
+  auto expected = decode_image_bytes(good, "good.jpg");
+  ASSERT_TRUE(expected.is_ok());
+  Image image;
+  for (size_t pos = 2; pos < std::min<size_t>(good.size(), 700); pos += 3) {
+    std::vector<std::byte> bad = good;
+    bad[pos] ^= std::byte{0x5a};
+    (void)decode_image_into(bad, "bad.jpg", {.min_shorter_side = pos % 2 ? 32 : 0}, &image);
+    auto again = decode_image_into(good, "good.jpg", {}, &image);
+    ASSERT_TRUE(again.is_ok()) << "after corrupting byte " << pos << ": " << again.status().to_string();
+    ASSERT_EQ(image.rgb, expected->rgb) << "after corrupting byte " << pos;
+  }
+}
+
 }  // namespace
 }  // namespace gpulab
