@@ -222,25 +222,11 @@ Status check_device(int device) {
   return Status::ok();
 }
 
-}  // namespace
-
-Result<measure::Ceilings> measure_ceilings(int device, const std::string& precision) {
-  GPULAB_TRY(check_device(device));
-  cudaStream_t stream = nullptr;
-  GPULAB_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> guard(stream, cudaStreamDestroy);
-  measure::Ceilings c;
-  GPULAB_ASSIGN_OR_RETURN(c.memory_gb_s, measure_copy_gb_s(stream));
-  GPULAB_ASSIGN_OR_RETURN(c.tflops, measure_gemm_tflops(stream, precision));
-  c.source = fmt::format("measured: device copy 512 MiB, cuBLASLt {} GEMM 8192^3", precision);
-  return c;
-}
-
-Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& options,
-                                              const EngineBenchRequest& request) {
-  GPULAB_TRY(measure::validate(options));
-  GPULAB_TRY(check_device(options.device));
-
+// The engine of the run: loaded from the plan file, or built from the model for the bench's
+// batch; `plan_seconds` is how long that took.
+Result<std::shared_ptr<Engine>> load_or_build_engine(const measure::BenchOptions& options,
+                                                     const EngineBenchRequest& request,
+                                                     double& plan_seconds) {
   std::shared_ptr<Engine> engine;
   const auto plan_start = std::chrono::steady_clock::now();
   if (!request.plan_path.empty()) {
@@ -253,9 +239,11 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
     build.device = options.device;
     GPULAB_ASSIGN_OR_RETURN(engine, Engine::build_from_onnx(request.model_path, build));
   }
-  const double plan_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
-  const EngineInfo& info = engine->info();
+  plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
+  return engine;
+}
+
+Status check_engine_fits(const measure::BenchOptions& options, const EngineInfo& info) {
   if (options.batch > info.max_batch) {
     return Status::invalid_argument(
         fmt::format("--batch: {} is above the plan's max batch {}. Rebuild with `gpulab build --max-batch "
@@ -266,19 +254,17 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
     return Status::internal(
         fmt::format("bench: the engine's input has rank {}, expected NCHW.", info.input_shape.rank()));
   }
-  const int64_t per_image = info.input_shape[1] * info.input_shape[2] * info.input_shape[3];
-  const int64_t input_elems = options.batch * per_image;
-  const int64_t logit_elems = options.batch * info.num_classes;
+  return Status::ok();
+}
 
-  std::vector<std::unique_ptr<StreamState>> streams;
-  for (int i = 0; i < options.streams; ++i) {
-    streams.push_back(std::make_unique<StreamState>());
-    GPULAB_TRY(setup_stream(*streams.back(), *engine, input_elems, logit_elems)
-                   .with_context(fmt::format("bench: setting up stream {}", i)));
-  }
-
+// The bench loop's hooks over `streams`: enqueue brackets the input copy (when included), the
+// inference and the logits copy with events; wait reads them for the oldest iteration in flight.
+// `streams` must outlive the hooks.
+measure::BenchHooks make_hooks(std::vector<std::unique_ptr<StreamState>>& streams,
+                               const measure::BenchOptions& options, int64_t input_elems,
+                               int64_t logit_elems) {
   measure::BenchHooks hooks;
-  hooks.enqueue = [&](int index) -> Status {
+  hooks.enqueue = [&streams, &options, input_elems, logit_elems](int index) -> Status {
     StreamState& s = *streams[static_cast<size_t>(index)];
     const int slot = s.next_slot;
     s.next_slot = (s.next_slot + 1) % kMaxInFlightPerStream;
@@ -304,7 +290,7 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
     s.in_flight.push_back(slot);
     return Status::ok();
   };
-  hooks.wait = [&](int index) -> Result<measure::DeviceTimes> {
+  hooks.wait = [&streams](int index) -> Result<measure::DeviceTimes> {
     StreamState& s = *streams[static_cast<size_t>(index)];
     if (s.in_flight.empty()) return Status::internal("bench: wait without an outstanding iteration");
     const auto& ev = s.events[static_cast<size_t>(s.in_flight.front())];
@@ -316,56 +302,106 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&d2h, ev[2], ev[3]));
     return measure::DeviceTimes{.h2d_ms = h2d, .compute_ms = compute, .d2h_ms = d2h};
   };
+  return hooks;
+}
 
-  std::optional<measure::GpuState> start_state, end_state;
-  if (request.read_gpu_state) start_state = request.read_gpu_state(options.device);
-  GPULAB_ASSIGN_OR_RETURN(measure::BenchResult result, measure::run_bench_loop(options, hooks));
-  if (!options.output_path.empty()) {
-    // The first stream's last inference: every iteration computes the same logits.
-    StreamState& s = *streams.front();
-    GPULAB_CUDA_TRY(cudaStreamSynchronize(s.stream));
-    measure::BenchOutput out{.batch = options.batch, .classes = info.num_classes};
-    out.logits.resize(static_cast<size_t>(logit_elems));
-    GPULAB_CUDA_TRY(
-        cudaMemcpy(out.logits.data(), s.d_logits, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    result.output = std::move(out);
-  }
-  result.plan_source = request.plan_path.empty() ? "build" : "load";
-  result.plan_seconds = plan_seconds;
-  if (request.read_gpu_state) end_state = request.read_gpu_state(options.device);
+// The stream's last logits: every iteration computes the same ones.
+Result<measure::BenchOutput> read_logits(StreamState& s, int64_t batch, int64_t classes) {
+  GPULAB_CUDA_TRY(cudaStreamSynchronize(s.stream));
+  measure::BenchOutput out{.batch = batch, .classes = classes};
+  out.logits.resize(static_cast<size_t>(batch * classes));
+  GPULAB_CUDA_TRY(
+      cudaMemcpy(out.logits.data(), s.d_logits, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return out;
+}
 
-  result.precision = std::string(precision_name(info.precision));
-  measure::BenchEnvironment& env = result.environment;
+void fill_environment(const EngineInfo& info, measure::BenchEnvironment& env) {
   env.gpu_name = info.gpu_name;
   env.compute_capability = info.compute_capability;
   env.cuda_runtime_version = cuda_runtime_version();
   env.cuda_driver_version = cuda_driver_version();
   env.cudnn_version = static_cast<int>(cudnnGetVersion());
   env.cublas_version = static_cast<int>(cublasLtGetVersion());
-  env.start = start_state;
-  env.end = end_state;
+}
 
+// Per-layer times (ExecutionContext::profile) joined with the plan's layer facts.
+Result<std::vector<measure::LayerProfileRow>> profile_layers(
+    ExecutionContext& context, const measure::BenchOptions& options, const EngineInfo& info,
+    const std::optional<measure::Ceilings>& ceilings) {
+  GPULAB_ASSIGN_OR_RETURN(const std::vector<LayerTime> times,
+                          context.profile(options.batch, options.profile_iterations));
+  std::vector<measure::LayerTiming> layers;
+  for (const LayerTime& t : times) {
+    measure::LayerTiming l{.name = t.name, .gpu_ms = t.gpu_ms};
+    for (const LayerInfo& li : info.layers) {
+      if (li.name != t.name) continue;
+      l.kind = li.kind;
+      l.tactic = li.tactic;
+      l.precision = std::string(precision_name(li.precision));
+      l.flops = li.flops_per_image * static_cast<double>(options.batch);
+      l.bytes = static_cast<double>(li.bytes_per_image * options.batch + li.param_bytes);
+      break;
+    }
+    layers.push_back(std::move(l));
+  }
+  return measure::make_profile(layers, ceilings);
+}
+
+}  // namespace
+
+Result<measure::Ceilings> measure_ceilings(int device, const std::string& precision) {
+  GPULAB_TRY(check_device(device));
+  cudaStream_t stream = nullptr;
+  GPULAB_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> guard(stream, cudaStreamDestroy);
+  measure::Ceilings c;
+  GPULAB_ASSIGN_OR_RETURN(c.memory_gb_s, measure_copy_gb_s(stream));
+  GPULAB_ASSIGN_OR_RETURN(c.tflops, measure_gemm_tflops(stream, precision));
+  c.source = fmt::format("measured: device copy 512 MiB, cuBLASLt {} GEMM 8192^3", precision);
+  return c;
+}
+
+Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& options,
+                                              const EngineBenchRequest& request) {
+  GPULAB_TRY(measure::validate(options));
+  GPULAB_TRY(check_device(options.device));
+  double plan_seconds = 0;
+  GPULAB_ASSIGN_OR_RETURN(const std::shared_ptr<Engine> engine,
+                          load_or_build_engine(options, request, plan_seconds));
+  const EngineInfo& info = engine->info();
+  GPULAB_TRY(check_engine_fits(options, info));
+  const int64_t per_image = info.input_shape[1] * info.input_shape[2] * info.input_shape[3];
+  const int64_t input_elems = options.batch * per_image;
+  const int64_t logit_elems = options.batch * info.num_classes;
+
+  std::vector<std::unique_ptr<StreamState>> streams;
+  for (int i = 0; i < options.streams; ++i) {
+    streams.push_back(std::make_unique<StreamState>());
+    GPULAB_TRY(setup_stream(*streams.back(), *engine, input_elems, logit_elems)
+                   .with_context(fmt::format("bench: setting up stream {}", i)));
+  }
+  const measure::BenchHooks hooks = make_hooks(streams, options, input_elems, logit_elems);
+
+  std::optional<measure::GpuState> start_state, end_state;
+  if (request.read_gpu_state) start_state = request.read_gpu_state(options.device);
+  GPULAB_ASSIGN_OR_RETURN(measure::BenchResult result, measure::run_bench_loop(options, hooks));
+  if (!options.output_path.empty()) {
+    GPULAB_ASSIGN_OR_RETURN(result.output, read_logits(*streams.front(), options.batch, info.num_classes));
+  }
+  result.plan_source = request.plan_path.empty() ? "build" : "load";
+  result.plan_seconds = plan_seconds;
+  if (request.read_gpu_state) end_state = request.read_gpu_state(options.device);
+
+  result.precision = std::string(precision_name(info.precision));
+  fill_environment(info, result.environment);
+  result.environment.start = start_state;
+  result.environment.end = end_state;
   if (request.measure_ceilings) {
     GPULAB_ASSIGN_OR_RETURN(result.ceilings, measure_ceilings(options.device, result.precision));
   }
   if (options.profile) {
-    GPULAB_ASSIGN_OR_RETURN(const std::vector<LayerTime> times,
-                            streams.front()->context->profile(options.batch, options.profile_iterations));
-    std::vector<measure::LayerTiming> layers;
-    for (const LayerTime& t : times) {
-      measure::LayerTiming l{.name = t.name, .gpu_ms = t.gpu_ms};
-      for (const LayerInfo& li : info.layers) {
-        if (li.name != t.name) continue;
-        l.kind = li.kind;
-        l.tactic = li.tactic;
-        l.precision = std::string(precision_name(li.precision));
-        l.flops = li.flops_per_image * static_cast<double>(options.batch);
-        l.bytes = static_cast<double>(li.bytes_per_image * options.batch + li.param_bytes);
-        break;
-      }
-      layers.push_back(std::move(l));
-    }
-    result.profile = measure::make_profile(layers, result.ceilings);
+    GPULAB_ASSIGN_OR_RETURN(result.profile,
+                            profile_layers(*streams.front()->context, options, info, result.ceilings));
   }
   return result;
 }
