@@ -94,8 +94,16 @@ def main():
     print(f"DCT scaling: {g['dct_scaled_images']} of {g['images']} decodes scaled; "
           f"speed-up {g['per_core_ips'] / g0['per_core_ips']:.2f}x over full-size decodes")
     if a.json:
+        import PIL
+        import platform
+        import torchvision
+        environment = {"command_line": " ".join([sys.executable] + sys.argv), "pil_version": PIL.__version__,
+                       "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
+                       "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+                       "load_average": os.getloadavg()}
         with open(a.json, "w") as f:
-            json.dump({"files": len(files), "passes": a.passes, "results": best}, f, indent=2)
+            json.dump({"schema": "gpulab.compare_pil", "schema_version": 1, "files": len(files), "passes": a.passes,
+                       "rounds": a.rounds, "results": best, "environment": environment}, f, indent=2)
 
 
 if __name__ == "__main__":

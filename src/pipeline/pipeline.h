@@ -103,7 +103,7 @@ class HostBatchRunner {
 };
 
 // The CPU backend: decode threads resize, crop and normalize (PreprocessSpec) into float NCHW
-// slots; `runner` runs each batch; top-k and softmax on the host. `input_size` = the model's S.
+// slots; `runner` runs each batch; top-k and softmax on the host. The model input side is spec.output_size.
 std::unique_ptr<BatchBackend> make_cpu_backend(std::unique_ptr<HostBatchRunner> runner, PreprocessSpec spec);
 
 struct PipelineProgress {
