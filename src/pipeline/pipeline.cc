@@ -403,7 +403,8 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& options, BatchBackend
   stats.device = backend.device_account();
   stats.rss_final_bytes = current_rss_bytes();
   // The kernel updates VmHWM lazily: it can read below a VmRSS sampled earlier.
-  stats.rss_peak_bytes = std::max({peak_rss_bytes(), stats.rss_after_first_pass_bytes, stats.rss_final_bytes});
+  stats.rss_peak_bytes =
+      std::max({peak_rss_bytes(), stats.rss_after_first_pass_bytes, stats.rss_final_bytes});
   return result;
 }
 
