@@ -35,13 +35,44 @@ struct Norm {
   float scale[3], bias[3];
 };
 
+// float32 arithmetic rounded once per operation on the device (no FMA contraction), as the host
+// computes it (x86-64 host code has no FMA unless asked for).
+__host__ __device__ inline float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+__host__ __device__ inline float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+__host__ __device__ inline float sub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+__host__ __device__ inline float div_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 // The filter of output index o of an axis resized from in_size to out_size (PIL's precompute).
 struct Filter {
   int lo = 0, n = 0;
   double center = 0, inv_scale = 1, total = 0;
 };
 
-__device__ Filter axis_filter(int in_size, int out_size, int o) {
+__host__ __device__ Filter axis_filter(int in_size, int out_size, int o) {
   const double scale = static_cast<double>(in_size) / out_size;
   const double filter_scale = scale > 1.0 ? scale : 1.0;
   const double support = filter_scale;
@@ -61,7 +92,7 @@ __device__ Filter axis_filter(int in_size, int out_size, int o) {
   return f;
 }
 
-__device__ int32_t tap_weight(const Filter& f, int i) {
+__host__ __device__ int32_t tap_weight(const Filter& f, int i) {
   const double t = fabs((f.lo + i - f.center + 0.5) * f.inv_scale);
   const double k = t < 1.0 ? 1.0 - t : 0.0;
   const double v = f.total != 0.0 ? k / f.total : 0.0;
@@ -69,15 +100,15 @@ __device__ int32_t tap_weight(const Filter& f, int i) {
   return static_cast<int32_t>(v < 0 ? fixed - 0.5 : fixed + 0.5);
 }
 
-__device__ uint8_t clamp_fixed(int32_t acc) {
+__host__ __device__ uint8_t clamp_fixed(int32_t acc) {
   if (acc <= 0) return 0;
   const int32_t v = acc >> kPrecisionBits;
   return static_cast<uint8_t>(v > 255 ? 255 : v);
 }
 
 // The horizontal pass at resized column X of input row r (or the pixel itself without one).
-__device__ void horizontal(const uint8_t* img, int width, int row, const Filter& fx, bool resample_x, int X,
-                           uint8_t out[3]) {
+__host__ __device__ void horizontal(const uint8_t* img, int width, int row, const Filter& fx, bool resample_x,
+                                    int X, uint8_t out[3]) {
   const uint8_t* p = img + static_cast<int64_t>(row) * width * 3;
   if (!resample_x) {
     for (int c = 0; c < 3; ++c) out[c] = p[X * 3 + c];
@@ -92,8 +123,8 @@ __device__ void horizontal(const uint8_t* img, int width, int row, const Filter&
   for (int c = 0; c < 3; ++c) out[c] = clamp_fixed(acc[c]);
 }
 
-__device__ void torchvision_pixel(const PreprocessImage& im, const uint8_t* img, int y, int x,
-                                  uint8_t out[3]) {
+__host__ __device__ void torchvision_pixel(const PreprocessImage& im, const uint8_t* img, int y, int x,
+                                           uint8_t out[3]) {
   const int X = x + im.crop_x, Y = y + im.crop_y;
   out[0] = out[1] = out[2] = 0;
   if (X < 0 || Y < 0 || X >= im.resized_width || Y >= im.resized_height) return;
@@ -115,17 +146,17 @@ __device__ void torchvision_pixel(const PreprocessImage& im, const uint8_t* img,
 }
 
 // TF1 resize_bilinear sampling of output index o over a crop axis of in_size (float32, as TF).
-__device__ void tf_axis(int in_size, int out_size, int o, int* lo, int* hi, float* lerp) {
-  const float scale = __fdiv_rn(static_cast<float>(in_size), static_cast<float>(out_size));
-  const float src = __fmul_rn(static_cast<float>(o), scale);
+__host__ __device__ void tf_axis(int in_size, int out_size, int o, int* lo, int* hi, float* lerp) {
+  const float scale = div_rn(static_cast<float>(in_size), static_cast<float>(out_size));
+  const float src = mul_rn(static_cast<float>(o), scale);
   const float floor_src = floorf(src);
   *lo = static_cast<int>(floor_src) > 0 ? static_cast<int>(floor_src) : 0;
   *hi = *lo + 1 < in_size - 1 ? *lo + 1 : in_size - 1;
-  *lerp = __fsub_rn(src, floor_src);
+  *lerp = sub_rn(src, floor_src);
 }
 
-__device__ void tf_slim_pixel(const PreprocessImage& im, const uint8_t* img, int size, int y, int x,
-                              float out[3]) {
+__host__ __device__ void tf_slim_pixel(const PreprocessImage& im, const uint8_t* img, int size, int y, int x,
+                                       float out[3]) {
   int ylo, yhi, xlo, xhi;
   float yl, xl;
   tf_axis(im.resized_height, size, y, &ylo, &yhi, &yl);
@@ -136,9 +167,25 @@ __device__ void tf_slim_pixel(const PreprocessImage& im, const uint8_t* img, int
   };
   for (int c = 0; c < 3; ++c) {
     const float tl = px(ylo, xlo, c), tr = px(ylo, xhi, c), bl = px(yhi, xlo, c), br = px(yhi, xhi, c);
-    const float top = __fadd_rn(tl, __fmul_rn(__fsub_rn(tr, tl), xl));
-    const float bottom = __fadd_rn(bl, __fmul_rn(__fsub_rn(br, bl), xl));
-    out[c] = __fadd_rn(top, __fmul_rn(__fsub_rn(bottom, top), yl));
+    const float top = add_rn(tl, mul_rn(sub_rn(tr, tl), xl));
+    const float bottom = add_rn(bl, mul_rn(sub_rn(br, bl), xl));
+    out[c] = add_rn(top, mul_rn(sub_rn(bottom, top), yl));
+  }
+}
+
+// Output pixel (y, x) of one image before normalization, 0..255.
+__host__ __device__ void pixel_value(const PreprocessImage& im, const uint8_t* img, PreprocessMode mode,
+                                     int size, int y, int x, float v[3]) {
+  v[0] = v[1] = v[2] = 0.f;
+  if (!im.valid) return;
+  if (im.precropped) {
+    for (int c = 0; c < 3; ++c) v[c] = img[(static_cast<int64_t>(y) * size + x) * 3 + c];
+  } else if (mode == PreprocessMode::kTfSlim) {
+    tf_slim_pixel(im, img, size, y, x, v);
+  } else {
+    uint8_t u[3];
+    torchvision_pixel(im, img, y, x, u);
+    for (int c = 0; c < 3; ++c) v[c] = u[c];
   }
 }
 
@@ -152,18 +199,10 @@ __global__ void preprocess_batch_kernel(const PreprocessImage* __restrict__ imag
   for (int64_t b = blockIdx.y; b < n; b += gridDim.y) {
     const PreprocessImage im = images[b];
     const uint8_t* img = pixels + im.offset;
-    float v[3] = {0.f, 0.f, 0.f};
-    if (im.valid && im.precropped) {
-      for (int c = 0; c < 3; ++c) v[c] = img[p * 3 + c];
-    } else if (im.valid && mode == PreprocessMode::kTfSlim) {
-      tf_slim_pixel(im, img, size, oy, ox, v);
-    } else if (im.valid) {
-      uint8_t u[3];
-      torchvision_pixel(im, img, oy, ox, u);
-      for (int c = 0; c < 3; ++c) v[c] = u[c];
-    }
+    float v[3];
+    pixel_value(im, img, mode, size, oy, ox, v);
     float* out = y + b * 3 * plane + p;
-    for (int c = 0; c < 3; ++c) out[c * plane] = __fadd_rn(__fmul_rn(v[c], norm.scale[c]), norm.bias[c]);
+    for (int c = 0; c < 3; ++c) out[c * plane] = add_rn(mul_rn(v[c], norm.scale[c]), norm.bias[c]);
   }
 }
 
@@ -209,6 +248,11 @@ Status launch_preprocess_batch(const PreprocessBatchDesc& desc, const Preprocess
   preprocess_batch_kernel<<<grid, kThreads, 0, stream>>>(images, pixels, y, desc.n, desc.size, desc.mode,
                                                          norm);
   return check("launch_preprocess_batch", "preprocess_batch_kernel");
+}
+
+void preprocess_pixel_on_host(const PreprocessImage& image, const uint8_t* pixels, PreprocessMode mode,
+                              int size, int y, int x, float out[3]) {
+  pixel_value(image, pixels, mode, size, y, x, out);
 }
 
 Status launch_gather_rows(const float* x, int64_t rows, int64_t cols, const int32_t* index, int k, float* out,

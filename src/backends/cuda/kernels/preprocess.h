@@ -48,6 +48,12 @@ Status validate(const PreprocessBatchDesc& desc);
 Status launch_preprocess_batch(const PreprocessBatchDesc& desc, const PreprocessImage* images,
                                const uint8_t* pixels, float* y, cudaStream_t stream);
 
+// The kernel's computation of output pixel (y, x) of one image, before normalization (0..255 per
+// channel), run on the host: the same code, compiled for the CPU, so that tests check the
+// algorithm on machines without a GPU. `pixels` points at the image's own pixels.
+void preprocess_pixel_on_host(const PreprocessImage& image, const uint8_t* pixels, PreprocessMode mode,
+                              int size, int y, int x, float out[3]);
+
 // out[r, j] = x[r, index[r, j]] for r < rows, j < k: the probabilities at the top-k classes.
 Status launch_gather_rows(const float* x, int64_t rows, int64_t cols, const int32_t* index, int k, float* out,
                           cudaStream_t stream);
