@@ -38,7 +38,8 @@ inline constexpr int kExitSomeInputsFailed = 9;
 // error's own code when every one of the `total` inputs failed (nothing to show).
 int report_skipped(const std::vector<InputError>& errors, size_t total);
 
-// The command line as the process received it (for the environment block of --json reports).
+// The command line as the process received it (for the environment block of JSON results); ""
+// when /proc/self/cmdline cannot be read.
 std::string process_command_line();
 
 // Makes `sub` run `body` when it is chosen; a non-zero return ends the process with that code
@@ -54,5 +55,6 @@ void add_build_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_monitor_command(CLI::App& app);
 void add_bandwidth_command(CLI::App& app);
+void add_sweep_command(CLI::App& app);
 
 }  // namespace gpulab::cli

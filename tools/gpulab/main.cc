@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   cli::add_inspect_command(app);
   cli::add_build_command(app);  // without a CUDA build it says so and exits non-zero
   cli::add_bench_command(app);  // always: without a GPU runtime it says so and exits non-zero
+  cli::add_sweep_command(app);  // always: --simulate runs anywhere; a model needs the GPU runtime
 #ifdef GPULAB_HAVE_TELEMETRY
   cli::add_monitor_command(app);
   cli::add_bandwidth_command(app);
