@@ -157,6 +157,15 @@ std::vector<LayerProfileRow> make_profile(std::span<const LayerTiming> layers,
 // every batch that has one, so bench/compare_pytorch.py rebuilds the first images to check the
 // logits that --save-output writes (docs/metrics.md).
 void fill_bench_input(std::span<float> values);
+// The same sequence in pieces: each fill() continues where the last one ended, so a large batch
+// can be generated through a small buffer.
+class BenchInputGenerator {
+ public:
+  void fill(std::span<float> values);
+
+ private:
+  uint32_t state_ = 12345;
+};
 
 // The logits of one inference (the first stream's, after the measurement): --save-output.
 struct BenchOutput {
@@ -224,6 +233,10 @@ void add_environment_warnings(BenchResult& result);
 // export_times_csv). Unknown values are null.
 inline constexpr int kBenchSchemaVersion = 1;
 nlohmann::json to_json(const BenchResult& result);
+// One metric's statistics as the JSON writes them ({"count", "min", ..., "percentiles": {"p99": ..}}),
+// and back (kInvalidFile naming what is missing; percentiles in the document's order).
+nlohmann::json summary_json(const Summary& summary);
+Result<Summary> summary_from_json(const nlohmann::json& doc);
 
 // The printed report: header (model, options, GPU, versions, clocks), throughput, the table of
 // latency / GPU compute / H2D / D2H / enqueue (min, mean, median, percentiles, max, CoV),

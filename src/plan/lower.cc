@@ -695,10 +695,12 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
   input_step.precision = quantized_input ? options.precision : fallback_precision(options.precision);
   plan.steps.push_back(input_step);
   for (const auto& [name, precision] : options.layer_precision) {
-    // INT8/FP8 plans move Gemms too (the classifier head); others only convolutions.
-    const bool found = std::any_of(graph.nodes.begin(), graph.nodes.end(), [&](const Node& n) {
-      return n.name == name && (n.op == OpType::kConv || (low.quantized && n.op == OpType::kGemm));
-    });
+    // INT8/FP8 plans move Gemms too (the classifier head); others only convolutions. (A named
+    // capture: clang refuses a structured binding in a lambda.)
+    const bool found =
+        std::any_of(graph.nodes.begin(), graph.nodes.end(), [&wanted = name, &low](const Node& n) {
+          return n.name == wanted && (n.op == OpType::kConv || (low.quantized && n.op == OpType::kGemm));
+        });
     if (!found)
       return Status::invalid_argument(fmt::format(
           "plan: --layer-precision names '{}' ({}), but the model has no {} of that name. "

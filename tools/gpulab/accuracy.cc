@@ -215,7 +215,7 @@ int run_accuracy(AccuracyFlags f) {
   if (f.images > 0 && static_cast<int64_t>(items.size()) > f.images)
     items.resize(static_cast<size_t>(f.images));
 
-  ProgressLine progress;
+  ProgressLine progress("");
   GPULAB_ASSIGN_OR_REPORT(
       const LabelledSet set,
       load_labelled_set(items, spec, {.num_threads = threads, .progress = [&](int64_t d, int64_t t) {
@@ -241,7 +241,7 @@ int run_accuracy(AccuracyFlags f) {
     GPULAB_ASSIGN_OR_REPORT(AccuracyResult r, measure_agreement(graph, set, fp32, options));
     results.push_back(std::move(r));
   }
-  progress.clear();
+  progress.finish();
 
   const int64_t labelled =
       std::count_if(set.labels.begin(), set.labels.end(), [](int64_t l) { return l >= 0; });

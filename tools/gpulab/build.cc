@@ -67,7 +67,7 @@ Status quantize(const BuildCommandOptions& o, BuildOptions& options) {
   std::vector<LabelledImage> items;
   for (int64_t i : spread_subset(static_cast<int64_t>(rest.size()), o.fallback_images))
     items.push_back(LabelledImage{.path = rest[static_cast<size_t>(i)], .label = -1});
-  ProgressLine progress;
+  ProgressLine progress("");
   const auto show = [&progress](std::string_view phase) {
     return [&progress, phase](int64_t d, int64_t t) { progress.update(phase, d, t); };
   };
@@ -82,7 +82,7 @@ Status quantize(const BuildCommandOptions& o, BuildOptions& options) {
       .fallback = true,
       .progress = [&](std::string_view phase, int64_t d, int64_t t) { progress.update(phase, d, t); }};
   GPULAB_ASSIGN_OR_RETURN(const AccuracyResult r, measure_agreement(graph, set, fp32, accuracy));
-  progress.clear();
+  progress.finish();
   options.layer_precision = r.layer_precision;
   std::string names;
   for (const auto& n : r.fallback_layers) names += (names.empty() ? "" : ", ") + n;

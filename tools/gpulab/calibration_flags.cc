@@ -75,13 +75,13 @@ Result<Calibration> calibrate_model(const CalibrationFlags& flags, const std::st
   if (!flags.calibrator.empty()) {
     GPULAB_ASSIGN_OR_RETURN(calibrator, parse_calibrator(flags.calibrator));
   }
-  ProgressLine progress;
+  ProgressLine progress("");
   StatisticsOptions options{.num_threads = num_threads, .progress = [&progress](int64_t done, int64_t total) {
                               progress.update("calibrating (fp32, cpu)", done, total);
                             }};
   GPULAB_ASSIGN_OR_RETURN(const CalibrationStatistics stats,
                           collect_statistics(graph, out.images, spec, options));
-  progress.clear();
+  progress.finish();
   out.seconds = stats.seconds;
   out.cache = calibrate(stats, calibrator, flags.percentile);
   out.cache.model = fs::path(model_path).filename().string();

@@ -4,37 +4,49 @@
 
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "core/log.h"
 
 namespace gpulab::cli {
 
-ProgressLine::ProgressLine()
-    : enabled_(isatty(STDERR_FILENO) != 0 && log_level() <= LogLevel::kWarning),
-      start_(std::chrono::steady_clock::now()),
-      last_(start_) {}
+ProgressLine::ProgressLine(std::string label)
+    : label_(std::move(label)), enabled_(isatty(STDERR_FILENO) != 0 && log_level() < LogLevel::kError) {}
 
 ProgressLine::~ProgressLine() {
-  clear();
+  finish();
 }
 
-void ProgressLine::update(std::string_view what, int64_t done, int64_t total) {
+void ProgressLine::finish() {
+  if (drawn_) std::fprintf(stderr, "\r\033[K");
+  drawn_ = false;
+  enabled_ = false;
+}
+
+void ProgressLine::update(std::string_view phase, int64_t done, int64_t total) {
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
-  if (done < total && now - last_ < std::chrono::milliseconds(200)) return;
-  last_ = now;
-  const double seconds = std::chrono::duration<double>(now - start_).count();
-  const double percent = total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0;
-  std::fprintf(stderr, "\r%-28.*s %6lld/%-6lld images %5.1f%% %7.0f s ", static_cast<int>(what.size()),
-               what.data(), static_cast<long long>(done), static_cast<long long>(total), percent, seconds);
-  std::fflush(stderr);
-  drawn_ = true;
+  if (phase != label_) {
+    label_ = std::string(phase);
+    phase_start_ = now;
+  }
+  update(PipelineProgress{.images_done = done,
+                          .images_total = total,
+                          .elapsed_s = std::chrono::duration<double>(now - phase_start_).count()});
 }
 
-void ProgressLine::clear() {
-  if (!drawn_) return;
-  std::fprintf(stderr, "\r%72s\r", "");
+void ProgressLine::update(const PipelineProgress& p) {
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (drawn_ && p.images_done < p.images_total && now - last_ < std::chrono::milliseconds(200)) return;
+  last_ = now;
+  drawn_ = true;
+  const double ips = p.elapsed_s > 0 ? static_cast<double>(p.images_done) / p.elapsed_s : 0;
+  const double left_s = ips > 0 ? static_cast<double>(p.images_total - p.images_done) / ips : 0;
+  const std::string line = fmt::format("{}: {}/{} images, {:.1f} img/s, {:.0f} s elapsed, {:.0f} s left",
+                                       label_, p.images_done, p.images_total, ips, p.elapsed_s, left_s);
+  std::fprintf(stderr, "\r\033[K%s", line.c_str());
   std::fflush(stderr);
-  drawn_ = false;
 }
 
 }  // namespace gpulab::cli

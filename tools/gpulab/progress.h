@@ -1,29 +1,33 @@
-// A progress line on stderr for long work ("calibrating: 120/500 images, 24%, 31 s"), redrawn in
-// place; silent when stderr is not a terminal or with --quiet.
+// One self-rewriting progress line on stderr for long runs: "<label>: 120/1000 images, 35.2 img/s,
+// 3 s elapsed, 25 s left". Silent when stderr is not a terminal or with --quiet.
 #pragma once
 
 #include <chrono>
-#include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "pipeline/pipeline.h"
 
 namespace gpulab::cli {
 
 class ProgressLine {
  public:
-  ProgressLine();
+  explicit ProgressLine(std::string label);
   ~ProgressLine();  // clears the line
-  ProgressLine(const ProgressLine&) = delete;
-  ProgressLine& operator=(const ProgressLine&) = delete;
-
-  // Redraws "<what>: done/total images, P%, S s" (at most every 0.2 s, and at the end).
-  void update(std::string_view what, int64_t done, int64_t total);
-  void clear();
+  // At most five redraws a second; the last update (all done) always draws.
+  void update(const PipelineProgress& progress);
+  // Work counted in phases (calibration, the accuracy gate): the phase's label, images done and
+  // in all; rate and time left count from the phase's first update.
+  void update(std::string_view phase, int64_t done, int64_t total);
+  // Clears the line (before printing results on a terminal); later updates draw nothing.
+  void finish();
 
  private:
+  std::string label_;
   bool enabled_ = false;
   bool drawn_ = false;
-  std::chrono::steady_clock::time_point start_, last_;
+  std::chrono::steady_clock::time_point last_{};
+  std::chrono::steady_clock::time_point phase_start_{};
 };
 
 }  // namespace gpulab::cli

@@ -7,9 +7,14 @@
 
 #include <dlfcn.h>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "test_support.h"
 
@@ -110,7 +115,7 @@ TEST_F(GpulabCli, DoctorJsonOnAFakeTree) {
   fs::remove_all(root);
 }
 
-// With the stand-in libnvidia-ml.so.1 (tests/unit/telemetry/fake_nvml.cc: one "NVIDIA H200",
+// With the stand-in libnvidia-ml.so.1 (tests/support/fake_nvml.cc: one "NVIDIA H200",
 // power draw unsupported, no energy/PCIe throughput entry points).
 // Prepended, so that the libraries gpulab itself needs stay found (on the GPU host they live in
 // a prefix named by LD_LIBRARY_PATH).
@@ -152,6 +157,67 @@ TEST_F(GpulabCli, MonitorJsonAndLiveViewWithFakeNvml) {
   EXPECT_NE(bad_gpu.output.find("--gpu: index 3 out of range (1 GPUs)"), std::string::npos);
 }
 
+// `monitor --csv > file` (and --serve) interrupted by SIGINT or SIGTERM from a test: exits within a
+// second with 128 + the signal, and the file holds the header and whole rows only.
+struct Interrupted {
+  int exit_code = -1;
+  int64_t exit_ms = -1;  // from the signal to the process's end
+  std::string out;
+};
+Interrupted interrupt_monitor(const std::string& args, const char* signal_name) {
+  const fs::path dir = fs::temp_directory_path() / ("gpulab_monitor_sig_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path out = dir / "monitor.csv", result = dir / "result.txt";
+  // Job control on (set -m), so that the background job keeps SIGINT (a non-interactive shell
+  // starts `cmd &` with SIGINT ignored, and gpulab leaves an ignored signal ignored).
+  // A command that ignored the signal is killed after 5 s (exit 137), so the test cannot hang.
+  const std::string script =
+      "set -m; " + kFakeNvml + " '" + testing::gpulab_exe().string() + "' monitor " + args + " >'" +
+      out.string() + "' 2>/dev/null & pid=$!; sleep 0.7; t0=$(date +%s%N); kill -" + signal_name +
+      " $pid; for i in $(seq 500); do kill -0 $pid 2>/dev/null || break; sleep 0.01; "
+      "done; t1=$(date +%s%N); kill -9 $pid 2>/dev/null; wait $pid; rc=$?; echo $rc $(( "
+      "(t1 - t0) / 1000000 )) >'" +
+      result.string() + "'";
+  Interrupted r;
+  const fs::path script_file = dir / "interrupt.sh";
+  std::ofstream(script_file) << script << "\n";
+  if (std::system(("bash '" + script_file.string() + "'").c_str()) != 0) return r;
+  std::ifstream(result) >> r.exit_code >> r.exit_ms;
+  std::ifstream in(out);
+  r.out.assign(std::istreambuf_iterator<char>(in), {});
+  fs::remove_all(dir);
+  return r;
+}
+
+TEST_F(GpulabCli, MonitorCsvStopsOnSigintOrSigtermWithWholeRows) {
+  for (const auto& [name, code] : std::vector<std::pair<const char*, int>>{{"INT", 130}, {"TERM", 143}}) {
+    const Interrupted r = interrupt_monitor("--csv --interval-ms 20 --fields index,name,memory.used", name);
+    EXPECT_EQ(r.exit_code, code) << "SIG" << name;
+    EXPECT_GE(r.exit_ms, 0);
+    EXPECT_LT(r.exit_ms, 1000) << "SIG" << name << ": not prompt";
+    ASSERT_FALSE(r.out.empty());
+    EXPECT_EQ(r.out.back(), '\n') << "the last row is cut";
+    std::istringstream lines(r.out);
+    std::string line;
+    std::getline(lines, line);
+    EXPECT_EQ(line, "index, name, memory.used [MiB]");
+    int rows = 0;
+    while (std::getline(lines, line)) {
+      EXPECT_EQ(line, "0, NVIDIA H200, 1024") << "row " << rows;
+      ++rows;
+    }
+    EXPECT_GE(rows, 3) << "SIG" << name;
+  }
+}
+
+TEST_F(GpulabCli, MonitorServeStopsOnSigterm) {
+  const Interrupted served =
+      interrupt_monitor("--serve 127.0.0.1:" + std::to_string(20000 + ::getpid() % 20000), "TERM");
+  EXPECT_EQ(served.exit_code, 143);
+  EXPECT_GE(served.exit_ms, 0);
+  EXPECT_LT(served.exit_ms, 1000);
+}
+
 TEST_F(GpulabCli, DoctorGpuChecksWithFakeNvml) {
   const CliRun r = run_gpulab("doctor --json --no-libraries --pcie-load-ms 0", kFakeNvml);
   const auto doc = nlohmann::json::parse(r.out, nullptr, false);
@@ -172,6 +238,69 @@ TEST_F(GpulabCli, DoctorGpuChecksWithFakeNvml) {
   EXPECT_EQ(by_check["GPU 0 free memory"].at("status"), "pass");
   EXPECT_NE(by_check["GPU 0 free memory"].at("detail").get<std::string>().find("pid 4242 512 MiB"),
             std::string::npos);
+}
+
+// The fake NVML driven by a scenario file (GPULAB_FAKE_NVML_SCENARIO): readings that change over
+// time reach monitor's CSV, and a degraded machine (a PCIe link at x8 gen3 of x16 gen5, hardware
+// thermal slowdown) is what doctor reports, with the fix.
+class FakeNvmlScenario : public GpulabCli {
+ protected:
+  std::string env(const nlohmann::json& scenario) {
+    path_ = fs::temp_directory_path() / ("gpulab-nvml-scenario-" + std::to_string(getpid()) + ".json");
+    std::ofstream(path_) << scenario.dump();
+    return kFakeNvml + " GPULAB_FAKE_NVML_SCENARIO='" + path_.string() + "'";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
+  fs::path path_;
+};
+
+TEST_F(FakeNvmlScenario, MonitorFollowsTheReadingsOverTime) {
+  const nlohmann::json scenario = {
+      {"devices",
+       {{{"name", "NVIDIA L4"},
+         {"readings", {{"power_w", 30}, {"gpu_util_pct", 0}, {"pcie_rx_kb_s", 0}}},
+         {"phases",
+          {{{"after_ms", 150},
+            {"readings", {{"power_w", 70}, {"gpu_util_pct", 97}, {"pcie_rx_kb_s", 900000}}}}}}}}}};
+  const CliRun r =
+      run_gpulab("monitor --csv --count 6 --interval-ms 50 --fields name,power.draw,utilization.gpu,pcie.rx",
+                 env(scenario));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.out.find("NVIDIA L4, 30.00, 0, 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NVIDIA L4, 70.00, 97, 900000"), std::string::npos) << r.out;
+}
+
+TEST_F(FakeNvmlScenario, DoctorReportsADegradedLinkAndThermalSlowdown) {
+  const nlohmann::json scenario = {
+      {"devices",
+       {{{"pcie_gen_max", 5},
+         {"pcie_width_max", 16},
+         {"readings", {{"pcie_gen", 3}, {"pcie_width", 8}, {"clock_event_reasons", 0x40}}}}}}};
+  const CliRun r = run_gpulab("doctor --json --no-libraries --pcie-load-ms 0", env(scenario));
+  const auto doc = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(doc.is_array()) << r.output;
+  std::map<std::string, nlohmann::json> by_check;
+  for (const auto& f : doc) by_check[f.at("check").get<std::string>()] = f;
+  EXPECT_EQ(by_check["GPU 0 PCIe link"].at("status"), "warn") << by_check["GPU 0 PCIe link"];
+  EXPECT_NE(by_check["GPU 0 PCIe link"].at("detail").get<std::string>().find("x8 gen3 instead of x16 gen5"),
+            std::string::npos);
+  EXPECT_EQ(by_check["GPU 0 clock-event reasons"].at("status"), "fail");
+  EXPECT_EQ(by_check["GPU 0 clock-event reasons"].at("detail"), "hw_thermal_slowdown");
+  EXPECT_NE(by_check["GPU 0 clock-event reasons"].at("fix").get<std::string>().find("check cooling"),
+            std::string::npos);
+  EXPECT_EQ(r.exit_code, 1);  // a check failed
+}
+
+TEST_F(FakeNvmlScenario, AMalformedScenarioFailsNvmlInit) {
+  path_ = fs::temp_directory_path() / ("gpulab-nvml-scenario-" + std::to_string(getpid()) + ".json");
+  std::ofstream(path_) << "{not json";
+  const CliRun r =
+      run_gpulab("monitor --count 1", kFakeNvml + " GPULAB_FAKE_NVML_SCENARIO='" + path_.string() + "'");
+  EXPECT_EQ(r.exit_code, 8) << r.output;
+  EXPECT_NE(r.err.find("nvmlInit failed"), std::string::npos) << r.err;
 }
 
 }  // namespace
