@@ -44,6 +44,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -72,9 +73,16 @@ inline int8_t quantize_int8(float x, float inv_scale, int lo = kInt8ActivationMi
   return static_cast<int8_t>(round_half_even_small(v));
 }
 
-// The scale of a symmetric range: amax / qmax, or 1 for an empty (zero or non-finite) range.
+// Whether amax is a range symmetric_scale divides: positive, finite, and amax / qmax a normal float
+// (so that the reciprocal 1 / scale is finite).
+inline bool has_symmetric_range(float amax, float qmax) {
+  return amax > 0.0f && amax <= 3.0e38f && amax / qmax >= std::numeric_limits<float>::min();
+}
+
+// The scale of a symmetric range: amax / qmax, or 1 for an empty (zero, subnormal or non-finite)
+// range.
 inline float symmetric_scale(float amax, float qmax) {
-  return amax > 0.0f && amax <= 3.0e38f ? amax / qmax : 1.0f;
+  return has_symmetric_range(amax, qmax) ? amax / qmax : 1.0f;
 }
 
 // E4M3 bits -> float (exact).
@@ -141,7 +149,7 @@ inline QuantizedWeights quantize_per_channel(std::span<const float> weights, int
     float amax = 0.0f;
     for (float v : w) amax = std::max(amax, v < 0 ? -v : v);
     float scale = symmetric_scale(amax, fp8 ? kFp8E4M3Max : kInt8QuantMax);
-    if (!fp8 && amax > 0.0f && amax <= 3.0e38f) {
+    if (!fp8 && has_symmetric_range(amax, kInt8QuantMax)) {
       double best = -1;
       for (int steps = kInt8Max; steps >= kInt8WeightMinSteps; --steps) {
         const float s = amax / static_cast<float>(steps), inv = 1.0f / s;

@@ -27,8 +27,9 @@ Result<QuantizeAttrs> read_quantize_params(const NodeContext& c) {
                                ".");
   a.scale.assign(scale->f32().begin(), scale->f32().end());
   for (float s : a.scale)
-    if (!(s > 0.0f) || !std::isfinite(s))
-      return Status::invalid_model(fmt::format("{}: scale {} is not a positive finite number.", c.where, s));
+    if (!(s > 0.0f) || !std::isnormal(s))  // a subnormal scale's reciprocal overflows to infinity
+      return Status::invalid_model(
+          fmt::format("{}: scale {} is not a positive finite normal number.", c.where, s));
   a.zero_point.assign(a.scale.size(), 0);
   a.qmin = 0;  // no zero point: uint8
   a.qmax = 255;

@@ -258,6 +258,27 @@ Result<Predictions> fp32_reference(const Graph& graph, const LabelledSet& set, c
   return predict(plan, set, options);
 }
 
+Result<size_t> smallest_passing_prefix(size_t n, size_t linear_steps,
+                                       const std::function<Result<bool>(size_t)>& meets) {
+  // One at a time for the first few (most plans need no more), then doubling and bisection.
+  size_t pass = n + 1, fail = 0;
+  for (size_t k = 1; k <= std::min(linear_steps, n) && pass > n; ++k) {
+    GPULAB_ASSIGN_OR_RETURN(const bool ok, meets(k));
+    (ok ? pass : fail) = k;
+  }
+  for (size_t k = 2 * std::max<size_t>(fail, 1); pass > n && fail < n; k *= 2) {
+    k = std::min(k, n);
+    GPULAB_ASSIGN_OR_RETURN(const bool ok, meets(k));
+    (ok ? pass : fail) = k;
+  }
+  while (pass <= n && pass - fail > 1) {
+    const size_t mid = fail + (pass - fail) / 2;
+    GPULAB_ASSIGN_OR_RETURN(const bool ok, meets(mid));
+    (ok ? pass : fail) = mid;
+  }
+  return pass <= n ? pass : n;  // not met even with every layer moved: all of them
+}
+
 double quantized_flops_share(const Plan& plan) {
   double all = 0, quantized = 0;
   for (const PlanStep& s : plan.steps) {
@@ -295,23 +316,43 @@ Result<AccuracyResult> measure_agreement(const Graph& graph, const LabelledSet& 
     GPULAB_ASSIGN_OR_RETURN(result.layers,
                             localise(graph, subset, first_predictions(fp32, subset.size()), options, plan));
   }
-  if (quantized && options.fallback) {
-    double total = 0, moved = 0;
+  if (quantized && options.fallback && result.plain.agreement < options.gate) {
+    double total = 0;
     GPULAB_ASSIGN_OR_RETURN(const Plan fp32_plan, lower_for(graph, Precision::kFp32, options, {}));
     const std::map<std::string, double> flops = layer_flops(fp32_plan, &total);
-    for (const LayerReport& layer : result.layers) {
-      if (result.final.agreement >= options.gate) break;
-      if (layers.contains(layer.name)) continue;
-      layers[layer.name] = fallback_precision(options.precision);
-      result.fallback_layers.push_back(layer.name);
-      moved += flops.at(layer.name);
-      GPULAB_ASSIGN_OR_RETURN(plan, lower_for(graph, options.precision, options, layers));
-      GPULAB_ASSIGN_OR_RETURN(
-          predictions, predict(plan, set, run_on(fmt::format("fallback {}", result.fallback_layers.size()))));
-      result.final = score(predictions, set, fp32);
-      result.final_quantized_flops_share = quantized_flops_share(plan);
+    std::vector<std::string> ranked;  // the layers that may move, worst first
+    for (const LayerReport& layer : result.layers)
+      if (!layers.contains(layer.name)) ranked.push_back(layer.name);
+    // The plan with the first k ranked layers in FP16, scored on the whole set (each k once).
+    std::map<size_t, FallbackStep> steps;
+    const auto evaluate = [&](size_t k) -> Result<FallbackStep> {
+      if (auto it = steps.find(k); it != steps.end()) return it->second;
+      std::map<std::string, Precision> moved = layers;
+      for (size_t i = 0; i < k; ++i) moved[ranked[i]] = fallback_precision(options.precision);
+      GPULAB_ASSIGN_OR_RETURN(const Plan p, lower_for(graph, options.precision, options, moved));
+      GPULAB_ASSIGN_OR_RETURN(const Predictions got, predict(p, set, run_on(fmt::format("fallback {}", k))));
+      FallbackStep step{.layers = static_cast<int64_t>(k),
+                        .scores = score(got, set, fp32),
+                        .quantized_flops_share = quantized_flops_share(p)};
+      return steps[k] = step;
+    };
+    const size_t n = ranked.size();
+    GPULAB_ASSIGN_OR_RETURN(const size_t chosen,
+                            smallest_passing_prefix(n, kLinearFallbackSteps, [&](size_t k) -> Result<bool> {
+                              GPULAB_ASSIGN_OR_RETURN(const FallbackStep s, evaluate(k));
+                              return s.scores.agreement >= options.gate;
+                            }));
+    GPULAB_ASSIGN_OR_RETURN(const FallbackStep final_step, evaluate(chosen));
+    double moved = 0;
+    for (size_t i = 0; i < chosen; ++i) {
+      layers[ranked[i]] = fallback_precision(options.precision);
+      result.fallback_layers.push_back(ranked[i]);
+      moved += flops.at(ranked[i]);
     }
+    result.final = final_step.scores;
+    result.final_quantized_flops_share = final_step.quantized_flops_share;
     result.fallback_flops_share = total > 0 ? moved / total : 0;
+    for (const auto& [k, s] : steps) result.fallback_steps.push_back(s);
   }
   result.gate_met = result.final.agreement >= options.gate;
   result.layer_precision = layers;

@@ -22,8 +22,10 @@
 // interprets one plan per quantizable layer): each layer's SQNR in the fully quantized plan, and,
 // for a plan where only that layer is quantized (every other Conv/Gemm in FP16), the agreement and
 // the SQNR of the logits. Layers are listed worst first by that logits SQNR.
-// Fallback: layers move to FP16 one at a time in that order (computed if not asked for) until the
-// agreement over the whole set reaches the gate.
+// Fallback: layers move to FP16 in that order (computed if not asked for) until the agreement over
+// the whole set reaches the gate: one at a time for the first kLinearFallbackSteps, then the
+// number moved doubles until the gate is met and bisection finds the smallest number that meets
+// it (assuming the agreement grows with it; every plan scored is in fallback_steps).
 #pragma once
 
 #include <cstdint>
@@ -100,6 +102,15 @@ struct AccuracyOptions {
   std::function<void(std::string_view phase, int64_t done, int64_t total)> progress;
 };
 
+inline constexpr size_t kLinearFallbackSteps = 4;
+
+// One plan the fallback scored: the first `layers` ranked layers in FP16.
+struct FallbackStep {
+  int64_t layers = 0;
+  Scores scores;
+  double quantized_flops_share = 0;
+};
+
 struct LayerReport {
   std::string name;
   double flops_share = 0;                                // of all Conv/Gemm FLOPs
@@ -117,6 +128,7 @@ struct AccuracyResult {
   std::vector<LayerReport> layers;                   // worst first; empty without per-layer/fallback
   std::vector<std::string> fallback_layers;          // in the order they moved
   double fallback_flops_share = 0;                   // their share of the Conv/Gemm FLOPs
+  std::vector<FallbackStep> fallback_steps;          // every plan the fallback scored, by layers moved
   bool gate_met = false;                             // final.agreement >= gate
   std::map<std::string, Precision> layer_precision;  // what the final plan used
 };
@@ -124,6 +136,15 @@ struct AccuracyResult {
 // Lowers `graph` (after run_passes) in options.precision and scores it against `fp32` on `set`.
 Result<AccuracyResult> measure_agreement(const Graph& graph, const LabelledSet& set, const Predictions& fp32,
                                          const AccuracyOptions& options);
+
+// The fallback's search over "the first k ranked layers in FP16", k in [1, n], given meets(k)
+// (whether that plan reaches the gate; k = 0 is known to fail): k = 1, 2, ... linear_steps one at a
+// time, then doubling until one meets it and bisection between the last failing and the first
+// meeting k. The smallest k that meets the gate when meets() grows with k (more layers in FP16 do
+// not lower the agreement), a k that meets it (or n) otherwise; n when none does. Each k is asked
+// at most once; an error from meets() is returned as is.
+Result<size_t> smallest_passing_prefix(size_t n, size_t linear_steps,
+                                       const std::function<Result<bool>(size_t)>& meets);
 
 // The share of the Conv/Gemm FLOPs a plan runs in 8 bits (0 for float plans).
 double quantized_flops_share(const Plan& plan);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -166,10 +167,11 @@ Result<CalibrationCache> load_calibration_cache(const fs::path& path, const std:
     cache.percentile = j.at("percentile").get<double>();
     cache.images = j.at("images").get<int64_t>();
     for (const auto& [name, t] : j.at("tensors").items()) {
-      const float amax = t.at("amax").get<float>();
-      if (!(amax >= 0.0f) || !std::isfinite(amax))
+      // Read as a double: a number beyond float's range must be refused, not converted.
+      const double amax = t.at("amax").get<double>();
+      if (!(amax >= 0.0) || !(amax <= std::numeric_limits<float>::max()))
         throw std::runtime_error("tensor '" + name + "' has amax " + std::to_string(amax));
-      cache.amax[name] = amax;
+      cache.amax[name] = static_cast<float>(amax);
     }
   } catch (const std::exception& e) {
     return Status::invalid_file(

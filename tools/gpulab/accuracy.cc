@@ -83,6 +83,12 @@ nlohmann::json result_json(const AccuracyResult& r, bool labelled) {
     fb["layers"] = r.fallback_layers;
     fb["fallback_flops_share"] = r.fallback_flops_share;
     fb["quantized_flops_share"] = r.final_quantized_flops_share;
+    nlohmann::json steps = nlohmann::json::array();
+    for (const FallbackStep& s : r.fallback_steps)
+      steps.push_back({{"layers", s.layers},
+                       {"agreement", s.scores.agreement},
+                       {"quantized_flops_share", s.quantized_flops_share}});
+    fb["steps"] = std::move(steps);
     j["fallback"] = std::move(fb);
   }
   j["per_layer"] = nullptr;

@@ -101,6 +101,11 @@ TEST(QdqImport, RefusesWhatItCannotRead) {
   EXPECT_EQ(mismatch.status().code(), StatusCode::kUnsupported);
   EXPECT_THAT(mismatch.status().message(),
               HasSubstr("node 'dq' (DequantizeLinear): its scale, zero point or axis"));
+  // A subnormal scale (its reciprocal is infinite).
+  auto subnormal = load(pair_model(onnx::TensorProto::INT8, 0, 1e-40f).bytes());
+  ASSERT_FALSE(subnormal.is_ok());
+  EXPECT_EQ(subnormal.status().code(), StatusCode::kInvalidModel);
+  EXPECT_THAT(subnormal.status().message(), HasSubstr("is not a positive finite normal number"));
   // int16 zero points are not read.
   auto int16 = load(pair_model(onnx::TensorProto::INT16, 0).bytes());
   ASSERT_FALSE(int16.is_ok());

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -107,6 +108,16 @@ TEST(Calibration, CacheIsReusedOnlyForItsModel) {
   ASSERT_TRUE(
       write_file_atomic(dir / "bad.json", std::string_view("{\"schema\": \"gpulab.bench\"}")).is_ok());
   EXPECT_EQ(load_calibration_cache(dir / "bad.json", "x").status().code(), StatusCode::kInvalidFile);
+  // A range beyond float's is refused, not converted.
+  std::string text = *read_file_text(path);
+  const size_t at = text.find("2.5");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 3, "1e300");
+  ASSERT_TRUE(write_file_atomic(dir / "huge.json", std::string_view(text)).is_ok());
+  const auto huge = load_calibration_cache(dir / "huge.json", "0123456789abcdef");
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidFile);
+  EXPECT_NE(huge.status().message().find("tensor 'input' has amax"), std::string::npos)
+      << huge.status().message();
   EXPECT_EQ(load_calibration_cache(dir / "missing.json", "x").status().code(), StatusCode::kNotFound);
   fs::remove_all(dir);
 }
@@ -130,6 +141,34 @@ TEST(Calibration, SpreadSubsetCoversTheList) {
   EXPECT_EQ(spread_subset(3, 5), (std::vector<int64_t>{0, 1, 2}));
   EXPECT_EQ(spread_subset(1000, 200).back(), 995);
   EXPECT_TRUE(spread_subset(0, 5).empty());
+}
+
+// The fallback's search finds the smallest passing prefix for every threshold, asks each k once,
+// and takes far fewer plans than one per layer on a long ranking.
+TEST(AccuracyGate, FallbackSearchFindsTheSmallestPassingPrefix) {
+  for (size_t n : {1u, 3u, 4u, 5u, 17u, 52u})
+    for (size_t threshold = 1; threshold <= n + 1; ++threshold) {
+      std::vector<size_t> asked;
+      auto chosen = smallest_passing_prefix(n, kLinearFallbackSteps, [&](size_t k) -> Result<bool> {
+        asked.push_back(k);
+        return k >= threshold;
+      });
+      ASSERT_TRUE(chosen.is_ok());
+      EXPECT_EQ(*chosen, std::min(threshold, n)) << "n " << n << ", threshold " << threshold;
+      std::vector<size_t> unique = asked;
+      std::sort(unique.begin(), unique.end());
+      EXPECT_EQ(std::adjacent_find(unique.begin(), unique.end()), unique.end()) << "a k asked twice";
+      for (size_t k : asked) EXPECT_TRUE(k >= 1 && k <= n) << k;
+      if (n == 52) {
+        EXPECT_LE(asked.size(), 15u) << "threshold " << threshold;
+      }
+    }
+  auto failed = smallest_passing_prefix(10, kLinearFallbackSteps, [](size_t k) -> Result<bool> {
+    if (k == 3) return Status::internal("interpreting plan 3 failed");
+    return false;
+  });
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_EQ(failed.status().message(), "interpreting plan 3 failed");
 }
 
 TEST(AccuracyGate, ScoresFallsBackAndLocalises) {
