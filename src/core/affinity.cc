@@ -21,7 +21,8 @@ Result<int> parse_cpu(std::string_view text, std::string_view item) {
   int value = -1;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || value < 0 || value >= kMaxCpus) {
-    return Status::invalid_argument(fmt::format("CPU list: '{}' is not a CPU number or range (0-{})", item, kMaxCpus - 1));
+    return Status::invalid_argument(
+        fmt::format("CPU list: '{}' is not a CPU number or range (0-{})", item, kMaxCpus - 1));
   }
   return value;
 }
@@ -48,7 +49,8 @@ Result<std::vector<int>> parse_cpu_list(std::string_view text) {
     if (dash != std::string_view::npos) {
       GPULAB_ASSIGN_OR_RETURN(last, parse_cpu(item.substr(dash + 1), item));
     }
-    if (last < first) return Status::invalid_argument(fmt::format("CPU list: '{}' is a range backwards", item));
+    if (last < first)
+      return Status::invalid_argument(fmt::format("CPU list: '{}' is a range backwards", item));
     for (int c = first; c <= last; ++c) cpus.insert(c);
   }
   return std::vector<int>(cpus.begin(), cpus.end());
@@ -112,8 +114,9 @@ Status pin_current_thread(std::span<const int> cpus) {
     }
   }
   if (usable == 0) {
-    return Status::unavailable(fmt::format("CPU affinity: none of CPUs {} is allowed to this process (it may use {})",
-                                           format_cpu_list(cpus), format_cpu_list(allowed)));
+    return Status::unavailable(
+        fmt::format("CPU affinity: none of CPUs {} is allowed to this process (it may use {})",
+                    format_cpu_list(cpus), format_cpu_list(allowed)));
   }
   if (const int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
     return Status::unavailable(fmt::format("CPU affinity: pthread_setaffinity_np failed (error {})", rc));

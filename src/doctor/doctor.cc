@@ -5,11 +5,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/affinity.h"
 #include "measure/bandwidth.h"
 #include "telemetry/cuda_driver.h"
 #include "telemetry/telemetry.h"
 #include "telemetry/topology.h"
-#include "core/affinity.h"
 
 namespace gpulab::doctor {
 namespace {
@@ -284,10 +284,12 @@ std::string below_peers(const telemetry::Topology& topo, size_t i) {
     parts.push_back(fmt::format("PCIe gen{} at most where a peer has gen{}", *g.pcie_gen_max, best_gen));
   }
   if (g.sm_clock_max_mhz && *g.sm_clock_max_mhz < best_clock) {
-    parts.push_back(fmt::format("max SM clock {} MHz where a peer has {} MHz", *g.sm_clock_max_mhz, best_clock));
+    parts.push_back(
+        fmt::format("max SM clock {} MHz where a peer has {} MHz", *g.sm_clock_max_mhz, best_clock));
   }
   if (g.power_limit_w && *g.power_limit_w + 0.5 < best_power) {
-    parts.push_back(fmt::format("power limit {:.0f} W where a peer has {:.0f} W", *g.power_limit_w, best_power));
+    parts.push_back(
+        fmt::format("power limit {:.0f} W where a peer has {:.0f} W", *g.power_limit_w, best_power));
   }
   return fmt::format("{}", fmt::join(parts, "; "));
 }

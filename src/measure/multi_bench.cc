@@ -48,7 +48,8 @@ Result<MultiBenchResult> run_multi_bench(const MultiBenchOptions& options, std::
       single = run_bench_loop(options.bench, gpus.front().hooks);
     });
     t.join();
-    if (!single->is_ok()) return single->status().with_context(fmt::format("GPU {} alone", gpus.front().device));
+    if (!single->is_ok())
+      return single->status().with_context(fmt::format("GPU {} alone", gpus.front().device));
     out.single = std::move(single->value());
   }
 
@@ -83,33 +84,42 @@ Result<MultiBenchResult> run_multi_bench(const MultiBenchOptions& options, std::
 
   for (Worker& w : workers) {
     if (!w.result->is_ok()) return w.result->status().with_context(fmt::format("GPU {}", w.gpu->device));
-    out.gpus.push_back({.device = w.gpu->device, .name = w.gpu->name, .pinning = w.pinning,
+    out.gpus.push_back({.device = w.gpu->device,
+                        .name = w.gpu->name,
+                        .pinning = w.pinning,
                         .bench = std::move(w.result->value())});
   }
   double slowest = out.gpus.front().bench.throughput_ips, fastest = slowest;
   const GpuBenchResult* slow = &out.gpus.front();
   const GpuBenchResult* fast = slow;
+  // Every image of every GPU over the longest window (the windows start together; one that ends
+  // first leaves its GPU idle until the last ends).
+  double images = 0, window_s = 0;
   for (const GpuBenchResult& g : out.gpus) {
-    out.aggregate_throughput_ips += g.bench.throughput_ips;
+    images += static_cast<double>(g.bench.iterations * options.bench.batch);
+    window_s = std::max(window_s, g.bench.wall_s);
     if (g.bench.throughput_ips < slowest) slowest = g.bench.throughput_ips, slow = &g;
     if (g.bench.throughput_ips > fastest) fastest = g.bench.throughput_ips, fast = &g;
   }
+  out.aggregate_throughput_ips = window_s > 0 ? images / window_s : 0;
   out.balance = fastest > 0 ? slowest / fastest : 1;
   if (out.single && out.single->throughput_ips > 0) {
     out.scaling_efficiency =
         out.aggregate_throughput_ips / (static_cast<double>(out.gpus.size()) * out.single->throughput_ips);
   }
   if (out.balance < options.balance_warning) {
-    out.warnings.push_back(fmt::format(
-        "imbalanced: GPU {} delivers {:.0f}% of GPU {}'s throughput. Check it with `gpulab doctor` (link, clocks, "
-        "power limit, temperature) and `gpulab monitor` while this runs.",
-        slow->device, out.balance * 100, fast->device));
+    out.warnings.push_back(
+        fmt::format("imbalanced: GPU {} delivers {:.0f}% of GPU {}'s throughput. Check it with `gpulab "
+                    "doctor` (link, clocks, "
+                    "power limit, temperature) and `gpulab monitor` while this runs.",
+                    slow->device, out.balance * 100, fast->device));
   }
   if (out.scaling_efficiency && *out.scaling_efficiency < options.efficiency_warning) {
-    out.warnings.push_back(fmt::format(
-        "scaling efficiency {:.1f}%: the GPUs slow each other down when they run together (a shared PCIe switch, "
-        "host threads on the wrong NUMA node, a shared power or cooling budget).",
-        *out.scaling_efficiency * 100));
+    out.warnings.push_back(
+        fmt::format("scaling efficiency {:.1f}%: the GPUs slow each other down when they run together (a "
+                    "shared PCIe switch, "
+                    "host threads on the wrong NUMA node, a shared power or cooling budget).",
+                    *out.scaling_efficiency * 100));
   }
   return out;
 }
@@ -129,14 +139,15 @@ Result<std::vector<uint32_t>> parse_gpu_list(std::string_view text, uint32_t cou
     uint32_t v = 0;
     const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || end != item.data() + item.size()) {
-      return Status::invalid_argument(fmt::format("--gpus: '{}' is not a GPU index. Give all, or indices like 0,2.", item));
+      return Status::invalid_argument(
+          fmt::format("--gpus: '{}' is not a GPU index. Give all, or indices like 0,2.", item));
     }
     if (v >= count) {
-      return Status::invalid_argument(
-          fmt::format("--gpus: GPU {} but this machine has {} GPU{} (0..{}).", v, count, count == 1 ? "" : "s",
-                      count == 0 ? 0 : count - 1));
+      return Status::invalid_argument(fmt::format("--gpus: GPU {} but this machine has {} GPU{} (0..{}).", v,
+                                                  count, count == 1 ? "" : "s", count == 0 ? 0 : count - 1));
     }
-    if (!seen.insert(v).second) return Status::invalid_argument(fmt::format("--gpus: GPU {} is listed twice.", v));
+    if (!seen.insert(v).second)
+      return Status::invalid_argument(fmt::format("--gpus: GPU {} is listed twice.", v));
     out.push_back(v);
   }
   if (out.empty()) return Status::invalid_argument("--gpus: empty. Give all, or indices like 0,2.");
@@ -155,7 +166,8 @@ nlohmann::json to_json(const MultiBenchResult& r, const nlohmann::json& header) 
   out["gpus"] = std::move(gpus);
   out["single"] = r.single ? to_json(*r.single) : nlohmann::json(nullptr);
   out["aggregate_throughput_ips"] = r.aggregate_throughput_ips;
-  out["scaling_efficiency"] = r.scaling_efficiency ? nlohmann::json(*r.scaling_efficiency) : nlohmann::json(nullptr);
+  out["scaling_efficiency"] =
+      r.scaling_efficiency ? nlohmann::json(*r.scaling_efficiency) : nlohmann::json(nullptr);
   out["balance"] = r.balance;
   out["warnings"] = r.warnings;
   return out;
@@ -166,14 +178,16 @@ std::string format_multi_summary(const MultiBenchResult& r) {
                                 "GPU compute ms", "p99 ms", "CoV", "host thread");
   for (const GpuBenchResult& g : r.gpus) {
     const double* p99 = g.bench.latency_ms.find_percentile(99);
-    out += fmt::format("{:<4} {:<22} {:>12.0f} {:>14.3f} {:>10} {:>6.1f}%  {}\n", g.device, g.name.substr(0, 22),
-                       g.bench.throughput_ips, g.bench.gpu_compute_ms.median, p99 ? fmt::format("{:.3f}", *p99) : "-",
-                       g.bench.gpu_compute_ms.cov * 100, g.pinning);
+    out += fmt::format("{:<4} {:<22} {:>12.0f} {:>14.3f} {:>10} {:>6.1f}%  {}\n", g.device,
+                       g.name.substr(0, 22), g.bench.throughput_ips, g.bench.gpu_compute_ms.median,
+                       p99 ? fmt::format("{:.3f}", *p99) : "-", g.bench.gpu_compute_ms.cov * 100, g.pinning);
   }
-  out += fmt::format("\nAggregate: {:.0f} img/s on {} GPUs at once", r.aggregate_throughput_ips, r.gpus.size());
+  out +=
+      fmt::format("\nAggregate: {:.0f} img/s on {} GPUs at once", r.aggregate_throughput_ips, r.gpus.size());
   if (r.single && r.scaling_efficiency) {
     out += fmt::format("; GPU {} alone {:.0f} img/s; scaling efficiency {:.1f}% (aggregate / ({} x alone))",
-                       r.gpus.front().device, r.single->throughput_ips, *r.scaling_efficiency * 100, r.gpus.size());
+                       r.gpus.front().device, r.single->throughput_ips, *r.scaling_efficiency * 100,
+                       r.gpus.size());
   }
   out += fmt::format("; balance {:.1f}% (slowest / fastest GPU)\n", r.balance * 100);
   for (const std::string& w : r.warnings) out += "warning: " + w + "\n";

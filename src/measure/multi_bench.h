@@ -28,8 +28,8 @@ struct GpuBenchInput {
 };
 
 struct MultiBenchOptions {
-  BenchOptions bench;            // streams, batch, durations: the same on every GPU
-  bool single_baseline = true;   // first measure the first GPU alone, for the scaling efficiency
+  BenchOptions bench;                // streams, batch, durations: the same on every GPU
+  bool single_baseline = true;       // first measure the first GPU alone, for the scaling efficiency
   double balance_warning = 0.90;     // warn below this slowest / fastest throughput
   double efficiency_warning = 0.95;  // warn below this aggregate / (N x single)
 };
@@ -43,10 +43,10 @@ struct GpuBenchResult {
 
 struct MultiBenchResult {
   std::vector<GpuBenchResult> gpus;
-  std::optional<BenchResult> single;  // the first GPU alone, before the others
-  double aggregate_throughput_ips = 0;          // sum over the GPUs (their timed windows overlap)
-  std::optional<double> scaling_efficiency;     // aggregate / (N x single.throughput_ips)
-  double balance = 1;                           // slowest / fastest GPU's throughput
+  std::optional<BenchResult> single;         // the first GPU alone, before the others
+  double aggregate_throughput_ips = 0;       // every GPU's images / the longest timed window
+  std::optional<double> scaling_efficiency;  // aggregate / (N x single.throughput_ips)
+  double balance = 1;                        // slowest / fastest GPU's throughput
   std::vector<std::string> warnings;
 };
 

@@ -41,10 +41,12 @@ std::vector<int> cpu_affinity(const nvml::Api& api, Device d) {
 // Active NVLinks of `d`, by the PCI bus id of the device at the other end.
 std::vector<std::string> nvlink_peers(const nvml::Api& api, Device d) {
   std::vector<std::string> peers;
-  if (api.device_get_nvlink_state == nullptr || api.device_get_nvlink_remote_pci_info_v2 == nullptr) return peers;
+  if (api.device_get_nvlink_state == nullptr || api.device_get_nvlink_remote_pci_info_v2 == nullptr)
+    return peers;
   for (unsigned int link = 0; link < nvml::kNvLinkMaxLinks; ++link) {
     int active = 0;
-    if (api.device_get_nvlink_state(d, link, &active) != nvml::kSuccess || active != nvml::kFeatureEnabled) continue;
+    if (api.device_get_nvlink_state(d, link, &active) != nvml::kSuccess || active != nvml::kFeatureEnabled)
+      continue;
     nvml::PciInfo pci{};
     if (api.device_get_nvlink_remote_pci_info_v2(d, link, &pci) != nvml::kSuccess) continue;
     pci.bus_id[sizeof(pci.bus_id) - 1] = '\0';
@@ -115,7 +117,8 @@ Result<Topology> read_topology(const Telemetry& t, const std::string& sys_root) 
         link.path = GpuPath::kSelf;
         continue;
       }
-      for (const std::string& peer : peers[i]) link.nvlinks += !peer.empty() && peer == topo.gpus[j].pci_bus_id;
+      for (const std::string& peer : peers[i])
+        link.nvlinks += !peer.empty() && peer == topo.gpus[j].pci_bus_id;
       if (link.nvlinks > 0) {
         link.path = GpuPath::kNvLink;
         continue;
@@ -123,7 +126,8 @@ Result<Topology> read_topology(const Telemetry& t, const std::string& sys_root) 
       int level = -1;
       if (api.device_get_topology_common_ancestor != nullptr &&
           api.device_get_topology_common_ancestor(handle(t, static_cast<std::uint32_t>(i)),
-                                                  handle(t, static_cast<std::uint32_t>(j)), &level) == nvml::kSuccess) {
+                                                  handle(t, static_cast<std::uint32_t>(j)),
+                                                  &level) == nvml::kSuccess) {
         link.path = path_of_level(level);
       }
     }
@@ -142,8 +146,10 @@ std::string format_topology(const Topology& topo) {
     out += fmt::format("  {:<17} {}\n", g.cpus.empty() ? "?" : format_cpu_list(g.cpus),
                        g.numa_node ? std::to_string(*g.numa_node) : "?");
   }
-  out += "X self; NV<n> n NVLinks; PIX one PCIe switch; PXB several; PHB a host bridge; NODE host bridges of one "
-         "NUMA node; SYS across NUMA nodes\n";
+  out +=
+      "X self; NV<n> n NVLinks; PIX one PCIe switch; PXB several; PHB a host bridge; NODE host bridges of "
+      "one "
+      "NUMA node; SYS across NUMA nodes\n";
   return out;
 }
 

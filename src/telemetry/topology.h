@@ -18,15 +18,15 @@ class Telemetry;
 
 // The path between two GPUs, named as nvidia-smi names it.
 enum class GpuPath {
-  kSelf,        // "X"
-  kNvLink,      // "NV<n>": n NVLinks between them
-  kBoard,       // "PIX" on one board (a multi-GPU card)
-  kPix,         // "PIX": at most one PCIe switch
-  kPxb,         // "PXB": several PCIe switches, no host bridge
-  kPhb,         // "PHB": one PCIe host bridge (a CPU)
-  kNode,        // "NODE": host bridges within one NUMA node
-  kSys,         // "SYS": across NUMA nodes
-  kUnknown,     // NVML did not say
+  kSelf,     // "X"
+  kNvLink,   // "NV<n>": n NVLinks between them
+  kBoard,    // "PIX" on one board (a multi-GPU card)
+  kPix,      // "PIX": at most one PCIe switch
+  kPxb,      // "PXB": several PCIe switches, no host bridge
+  kPhb,      // "PHB": one PCIe host bridge (a CPU)
+  kNode,     // "NODE": host bridges within one NUMA node
+  kSys,      // "SYS": across NUMA nodes
+  kUnknown,  // NVML did not say
 };
 
 struct GpuLink {
@@ -39,9 +39,9 @@ std::string link_name(const GpuLink& link);
 struct GpuPlace {
   std::uint32_t index = 0;
   std::string name;
-  std::string pci_bus_id;          // "00000000:3B:00.0"; "" when NVML does not say
-  std::vector<int> cpus;           // the CPUs NVML names as ideal for this GPU (its NUMA node's)
-  std::optional<int> numa_node;    // NVML's, else the node whose CPU list holds `cpus`
+  std::string pci_bus_id;        // "00000000:3B:00.0"; "" when NVML does not say
+  std::vector<int> cpus;         // the CPUs NVML names as ideal for this GPU (its NUMA node's)
+  std::optional<int> numa_node;  // NVML's, else the node whose CPU list holds `cpus`
   std::optional<std::uint32_t> pcie_gen, pcie_gen_max, pcie_width, pcie_width_max;
   std::optional<std::uint32_t> sm_clock_max_mhz;
   std::optional<double> power_limit_w;

@@ -82,12 +82,13 @@ Status check_flags(BenchFlags& f, bool precision_given) {
         flag, f.plan_path, flag));
   }
   if (!f.gpus.empty()) {
-    for (const auto& [given, flag] : {std::pair{f.options.profile, "--profile"}, {f.ceilings, "--ceilings"},
+    for (const auto& [given, flag] : {std::pair{f.options.profile, "--profile"},
+                                      {f.ceilings, "--ceilings"},
                                       {!f.options.output_path.empty(), "--save-output"},
                                       {!f.options.export_times_path.empty(), "--export-times"}}) {
       if (given) {
-        return Status::invalid_argument(
-            fmt::format("{} and --gpus: {} is per GPU. Run it with --device N on the GPU you want.", flag, flag));
+        return Status::invalid_argument(fmt::format(
+            "{} and --gpus: {} is per GPU. Run it with --device N on the GPU you want.", flag, flag));
       }
     }
   }
@@ -155,12 +156,13 @@ int run_bench_gpus(const BenchFlags& f) {
   const measure::MultiBenchOptions options{.bench = f.options, .single_baseline = !f.no_single_baseline};
   GPULAB_ASSIGN_OR_REPORT(const measure::MultiBenchResult result,
                           measure::run_engine_bench_multi(options, request, gpus));
-  std::fputs(fmt::format("gpulab bench --gpus {}: {} ({}), batch {} per GPU, {}, transfers {}\n\n", f.gpus,
-                         f.model_path.empty() ? f.plan_path : f.model_path, result.gpus.front().bench.precision,
-                         f.options.batch, f.options.cuda_graph ? "CUDA graphs" : "eager",
-                         f.options.include_transfers ? "included" : "not included")
-                 .c_str(),
-             stdout);
+  std::fputs(
+      fmt::format("gpulab bench --gpus {}: {} ({}), batch {} per GPU, {}, transfers {}\n\n", f.gpus,
+                  f.model_path.empty() ? f.plan_path : f.model_path, result.gpus.front().bench.precision,
+                  f.options.batch, f.options.cuda_graph ? "CUDA graphs" : "eager",
+                  f.options.include_transfers ? "included" : "not included")
+          .c_str(),
+      stdout);
   std::fputs(measure::format_multi_summary(result).c_str(), stdout);
   std::fputs(("\n" + telemetry::format_topology(topo)).c_str(), stdout);
   if (!f.options.json_path.empty()) {
@@ -276,9 +278,10 @@ void add_bench_command(CLI::App& app) {
                   "Write the logits of one inference as a NumPy .npy file, float32 [batch, classes] "
                   "(the input: docs/metrics.md)");
   auto* device = sub->add_option("--device", o.device, "CUDA device ordinal")->capture_default_str();
-  sub->add_option("--gpus", flags->gpus,
-                  "Several GPUs at once: all, or indices like 0,2; each with its own engine and a host thread on "
-                  "its NUMA node; per-GPU and aggregate img/s, scaling efficiency")
+  sub->add_option(
+         "--gpus", flags->gpus,
+         "Several GPUs at once: all, or indices like 0,2; each with its own engine and a host thread on "
+         "its NUMA node; per-GPU and aggregate img/s, scaling efficiency")
       ->excludes(device);
   sub->add_flag("--no-single-baseline", flags->no_single_baseline,
                 "With --gpus: skip timing the first GPU alone (no scaling efficiency)");

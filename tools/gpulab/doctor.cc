@@ -33,9 +33,10 @@ void add_doctor_command(CLI::App& app) {
   sub->add_option("--pcie-load-ms", opts->pcie_load_ms,
                   "Duration of the transfer that wakes the PCIe link before reading it (0: read it idle)")
       ->check(CLI::Range(0, 10000));
-  sub->add_flag("--topology", opts->topology,
-                "Print how the GPUs connect (NVLink, PCIe switches, host bridges, NUMA) and each GPU's CPUs, as "
-                "`nvidia-smi topo -m` does, and exit");
+  sub->add_flag(
+      "--topology", opts->topology,
+      "Print how the GPUs connect (NVLink, PCIe switches, host bridges, NUMA) and each GPU's CPUs, as "
+      "`nvidia-smi topo -m` does, and exit");
   sub->add_option("--root", opts->root,
                   "Read /proc, /sys, /dev and container markers below this directory (for tests)")
       ->check(CLI::ExistingDirectory);

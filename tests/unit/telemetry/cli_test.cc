@@ -239,18 +239,23 @@ TEST_F(FakeNvmlScenario, AMalformedScenarioFailsNvmlInit) {
 
 // Four fake GPUs: two joined by NVLink, two behind a PCIe switch on the other NUMA node, one at x8
 // and one with a lower power limit.
-const nlohmann::json kFourGpus = {
-    {"devices",
-     {{{"cpu_affinity", {0, 1}}, {"numa_node", 0}, {"nvlinks", {{"1", 18}}}, {"topology", {{"1", 30}, {"2", 50}, {"3", 50}}}},
-      {{"cpu_affinity", {0, 1}}, {"numa_node", 0}, {"nvlinks", {{"0", 18}}}, {"topology", {{"0", 30}, {"2", 50}, {"3", 50}}}},
-      {{"cpu_affinity", {2, 3}},
-       {"numa_node", 1},
-       {"topology", {{"0", 50}, {"1", 50}, {"3", 10}}},
-       {"readings", {{"pcie_width", 8}}}},
-      {{"cpu_affinity", {2, 3}},
-       {"numa_node", 1},
-       {"topology", {{"0", 50}, {"1", 50}, {"2", 10}}},
-       {"power_limit_w", 500}}}}};
+const nlohmann::json kFourGpus = {{"devices",
+                                   {{{"cpu_affinity", {0, 1}},
+                                     {"numa_node", 0},
+                                     {"nvlinks", {{"1", 18}}},
+                                     {"topology", {{"1", 30}, {"2", 50}, {"3", 50}}}},
+                                    {{"cpu_affinity", {0, 1}},
+                                     {"numa_node", 0},
+                                     {"nvlinks", {{"0", 18}}},
+                                     {"topology", {{"0", 30}, {"2", 50}, {"3", 50}}}},
+                                    {{"cpu_affinity", {2, 3}},
+                                     {"numa_node", 1},
+                                     {"topology", {{"0", 50}, {"1", 50}, {"3", 10}}},
+                                     {"readings", {{"pcie_width", 8}}}},
+                                    {{"cpu_affinity", {2, 3}},
+                                     {"numa_node", 1},
+                                     {"topology", {{"0", 50}, {"1", 50}, {"2", 10}}},
+                                     {"power_limit_w", 500}}}}};
 
 TEST_F(FakeNvmlScenario, DoctorShowsTheTopologyAndAGpuBelowItsPeers) {
   const CliRun r = run_gpulab("doctor --json --no-libraries --pcie-load-ms 0", env(kFourGpus));
@@ -268,7 +273,8 @@ TEST_F(FakeNvmlScenario, DoctorShowsTheTopologyAndAGpuBelowItsPeers) {
 
   const CliRun matrix = run_gpulab("doctor --topology", env(kFourGpus));
   ASSERT_EQ(matrix.exit_code, 0) << matrix.output;
-  EXPECT_NE(matrix.out.find("GPU2     SYS   SYS     X   PIX  2-3               1"), std::string::npos) << matrix.out;
+  EXPECT_NE(matrix.out.find("GPU2     SYS   SYS     X   PIX  2-3               1"), std::string::npos)
+      << matrix.out;
   const CliRun json = run_gpulab("doctor --topology --json", env(kFourGpus));
   const auto topo = nlohmann::json::parse(json.out, nullptr, false);
   ASSERT_TRUE(topo.is_object()) << json.output;
@@ -279,7 +285,8 @@ TEST_F(FakeNvmlScenario, MonitorReadsEveryGpu) {
   const CliRun r = run_gpulab("monitor --csv --count 1 --fields index,pcie.link.width.current,power.limit",
                               env(kFourGpus));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.out.find("\n0, 16, 700.00\n1, 16, 700.00\n2, 8, 700.00\n3, 16, 500.00\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n0, 16, 700.00\n1, 16, 700.00\n2, 8, 700.00\n3, 16, 500.00\n"), std::string::npos)
+      << r.out;
 }
 
 TEST_F(FakeNvmlScenario, BenchOnSeveralGpusChecksItsFlags) {

@@ -17,7 +17,8 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(Topology, FourFakeGpus) {
-  const fs::path scenario = fs::temp_directory_path() / ("gpulab-topology-" + std::to_string(::getpid()) + ".json");
+  const fs::path scenario =
+      fs::temp_directory_path() / ("gpulab-topology-" + std::to_string(::getpid()) + ".json");
   std::ofstream(scenario) << R"({"devices": [
     {"cpu_affinity": [0, 1], "numa_node": 0, "nvlinks": {"1": 4}, "topology": {"1": 30, "2": 50, "3": 50}},
     {"cpu_affinity": [0, 1], "numa_node": 0, "nvlinks": {"0": 4}, "topology": {"0": 30, "2": 50, "3": 50}},
