@@ -466,14 +466,15 @@ Status prepare_gpu(GpuEngine& g, const BenchOptions& options, const EngineBenchR
   on_gpu.device = g.place.device;
   double plan_seconds = 0;
   GPULAB_ASSIGN_OR_RETURN(g.engine, load_or_build_engine(on_gpu, request, plan_seconds));
-  GPULAB_ASSIGN_OR_RETURN(g.streams,
-                          EngineStreams::create(*g.engine, options.streams, options.batch, options.include_transfers));
+  GPULAB_ASSIGN_OR_RETURN(
+      g.streams, EngineStreams::create(*g.engine, options.streams, options.batch, options.include_transfers));
   return Status::ok();
 }
 
 }  // namespace
 
-Result<MultiBenchResult> run_engine_bench_multi(const MultiBenchOptions& options, const EngineBenchRequest& request,
+Result<MultiBenchResult> run_engine_bench_multi(const MultiBenchOptions& options,
+                                                const EngineBenchRequest& request,
                                                 const std::vector<GpuPlacement>& gpus) {
   GPULAB_TRY(validate(options.bench));
   std::vector<std::unique_ptr<GpuEngine>> engines;

@@ -82,7 +82,8 @@ struct GpuPlacement {
 
 // `gpulab bench --gpus`: builds (or loads) the engine on every GPU, one thread per GPU, then
 // run_multi_bench: the first GPU alone (options.single_baseline), then all at once.
-Result<MultiBenchResult> run_engine_bench_multi(const MultiBenchOptions& options, const EngineBenchRequest& request,
+Result<MultiBenchResult> run_engine_bench_multi(const MultiBenchOptions& options,
+                                                const EngineBenchRequest& request,
                                                 const std::vector<GpuPlacement>& gpus);
 
 // `gpulab bench --ceilings` without a model: measures only the ceilings of the device.
