@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "core/math.h"
 #include "data_paths.h"
+#include "graph/classifier.h"
 #include "image/dataset.h"
 #include "image/decode.h"
 #include "image/labels.h"
@@ -94,28 +95,6 @@ Status check_image_input(const Graph& graph, const std::string& model_path) {
   return Status::ok();
 }
 
-// True when the model's output already is a probability distribution over the classes: a
-// Softmax over the class axis makes it, perhaps behind views (Flatten, Reshape, Identity). A
-// second softmax over probabilities flattens them: 1000 classes would each show about 0.1%.
-bool outputs_probabilities(const Graph& graph) {
-  if (graph.outputs.size() != 1) return false;
-  std::string value = graph.outputs[0];
-  for (int hops = 0; hops < 8; ++hops) {
-    const int producer = graph.producer(value);
-    if (producer < 0) return false;
-    const Node& node = graph.nodes[producer];
-    switch (node.op) {
-      case OpType::kIdentity:
-      case OpType::kDropout:
-      case OpType::kFlatten:
-      case OpType::kReshape: value = node.input(0); continue;
-      case OpType::kSoftmax: return softmax_over_classes(graph, node);
-      default: return false;
-    }
-  }
-  return false;
-}
-
 void print_text(const std::vector<ImageResult>& results, const std::vector<std::string>& labels,
                 bool probabilities) {
   for (const ImageResult& r : results) {
@@ -190,7 +169,7 @@ int run_classify(ClassifyOptions o) {
                           make_classify_backend(graph ? &*graph : nullptr, backend_options));
   GPULAB_ASSIGN_OR_REPORT(PreprocessSpec spec, choose_preprocess(o, backend->metadata()));
   // From the model's graph, or from a plan (whose output step applies the model's Softmax).
-  const bool probabilities = graph ? outputs_probabilities(*graph) : backend->outputs_probabilities();
+  const bool probabilities = graph ? outputs_class_probabilities(*graph) : backend->outputs_probabilities();
   spec.output_size = static_cast<int>(backend->input_shape()[2]);
 
   std::vector<ImageResult> results;
