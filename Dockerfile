@@ -3,7 +3,8 @@
 #            scripts/install-deps.sh, the release preset (sm_80/86/89/90), and scripts/package.sh
 #            (cmake --install, the find_package consumer test, the .deb, unpacked and run).
 #   runtime  NVIDIA's CUDA runtime image with cuDNN, with only that .deb installed (apt resolves
-#            its Depends:), run by an unprivileged user.
+#            its Depends:; `gpulab --version` then checks that every library it links loads), run
+#            by an unprivileged user.
 # Written for the base image tags below (README, "Docker"); CUDA 13.0 needs an NVIDIA driver >= 580.
 #   docker build -t gpulab --build-arg GPULAB_GIT_COMMIT="$(git describe --always --dirty --abbrev=12 --exclude '*')" .
 #   docker run --rm --gpus all gpulab gpulab doctor
@@ -32,6 +33,7 @@ COPY --from=build /gpulab.deb /tmp/gpulab.deb
 RUN apt-get update \
     && apt-get install -y --no-install-recommends /tmp/gpulab.deb \
     && rm -rf /var/lib/apt/lists/* /tmp/gpulab.deb \
+    && gpulab --version \
     && useradd --create-home --shell /usr/sbin/nologin --uid 10001 gpulab
 USER 10001
 WORKDIR /home/gpulab
