@@ -41,6 +41,7 @@ class ReferenceModel {
   static Result<ReferenceModel> load_onnx(const std::string& onnx_path,
                                           const ReferenceModelOptions& options = {});
 
+  // Movable, not copyable; a moved-from model may only be assigned to or destroyed.
   ReferenceModel(ReferenceModel&&) noexcept;
   ReferenceModel& operator=(ReferenceModel&&) noexcept;
   ~ReferenceModel();
