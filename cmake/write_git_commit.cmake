@@ -1,9 +1,9 @@
 # Writes OUTPUT (a header defining GPULAB_GIT_COMMIT) from `git describe` of SOURCE_DIR, run at every
 # build (target gpulab_git_commit) so that a result records the commit it was built from, not the
 # one CMake was configured at. The file is rewritten only when the text changes. Outside a git
-# checkout (a source tarball, the Docker build, whose context leaves .git out) the commit is
-# $GPULAB_GIT_COMMIT when set (letters, digits, . _ + -), else "unknown"; "-dirty" marks
-# uncommitted changes.
+# checkout (a source tarball, the Docker build, whose context leaves .git out, a copy of the working
+# tree on the GPU host) the commit is $GPULAB_GIT_COMMIT when set (letters, digits, . _ + -: it
+# lands in a C string literal), else "unknown"; "-dirty" marks uncommitted changes.
 execute_process(
   COMMAND git -C "${SOURCE_DIR}" describe --always --dirty --abbrev=12 --exclude "*"
   OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)

@@ -105,6 +105,7 @@ Result<BenchResult> run_bench_loop(const BenchOptions& options, const BenchHooks
     }
     ++warmup_rounds;
   } while ((now_s() - warmup_start_s) * 1000.0 < options.warmup_ms);
+  if (hooks.before_measure) hooks.before_measure();
 
   // Measurement.
   std::vector<std::deque<Pending>> pending(static_cast<size_t>(streams));

@@ -89,6 +89,9 @@ struct BenchHooks {
   std::function<Result<DeviceTimes>(int stream)> wait;
   // Monotonic host clock in seconds. Empty: std::chrono::steady_clock.
   std::function<double()> now_s;
+  // Called once between the warm-up and the measurement (may block: several GPUs start their
+  // timed windows together). Empty: nothing.
+  std::function<void()> before_measure;
 };
 
 // ---- Results -----------------------------------------------------------------------------------

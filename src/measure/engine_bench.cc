@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cublasLt.h>
@@ -438,6 +439,75 @@ Result<BenchResult> run_engine_bench(const BenchOptions& options, const EngineBe
   }
   if (options.profile) {
     GPULAB_ASSIGN_OR_RETURN(result.profile, profile_layers(*streams, options, info, result.ceilings));
+  }
+  return result;
+}
+
+// ---- gpulab bench --gpus --------------------------------------------------------------------------
+
+namespace {
+
+// One GPU's engine and streams, made and destroyed with that GPU current.
+struct GpuEngine {
+  GpuPlacement place;
+  std::shared_ptr<Engine> engine;
+  std::unique_ptr<EngineStreams> streams;
+  ~GpuEngine() {
+    if (cudaSetDevice(place.device) == cudaSuccess) {
+      streams.reset();
+      engine.reset();
+    }
+  }
+};
+
+Status prepare_gpu(GpuEngine& g, const BenchOptions& options, const EngineBenchRequest& request) {
+  GPULAB_TRY(use_cuda_device(g.place.device, "bench --gpus"));
+  BenchOptions on_gpu = options;
+  on_gpu.device = g.place.device;
+  double plan_seconds = 0;
+  GPULAB_ASSIGN_OR_RETURN(g.engine, load_or_build_engine(on_gpu, request, plan_seconds));
+  GPULAB_ASSIGN_OR_RETURN(
+      g.streams, EngineStreams::create(*g.engine, options.streams, options.batch, options.include_transfers));
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<MultiBenchResult> run_engine_bench_multi(const MultiBenchOptions& options,
+                                                const EngineBenchRequest& request,
+                                                const std::vector<GpuPlacement>& gpus) {
+  GPULAB_TRY(validate(options.bench));
+  std::vector<std::unique_ptr<GpuEngine>> engines;
+  for (const GpuPlacement& p : gpus) {
+    engines.push_back(std::make_unique<GpuEngine>());
+    engines.back()->place = p;
+  }
+  // Every GPU builds (times its tactics) at once, on a thread of its own.
+  std::vector<Status> built(engines.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    threads.emplace_back([&, i] { built[i] = prepare_gpu(*engines[i], options.bench, request); });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<GpuBenchInput> inputs;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    GpuEngine& g = *engines[i];
+    GPULAB_TRY(built[i].with_context(fmt::format("GPU {}", g.place.device)));
+    inputs.push_back({.device = static_cast<uint32_t>(g.place.device),
+                      .name = g.engine->info().gpu_name,
+                      .hooks = g.streams->hooks(options.bench),
+                      .cpus = g.place.cpus,
+                      .numa_node = g.place.numa_node,
+                      .on_thread_start = [device = g.place.device]() -> Status {
+                        GPULAB_CUDA_TRY(cudaSetDevice(device));
+                        return Status::ok();
+                      }});
+  }
+  GPULAB_ASSIGN_OR_RETURN(MultiBenchResult result, run_multi_bench(options, inputs));
+  for (size_t i = 0; i < engines.size(); ++i) {
+    const EngineInfo& info = engines[i]->engine->info();
+    result.gpus[i].bench.precision = std::string(precision_name(info.precision));
+    fill_cuda_environment(info, result.gpus[i].bench.environment);
   }
   return result;
 }

@@ -13,6 +13,7 @@
 #include "gpulab/engine.h"
 #include "gpulab/status.h"
 #include "measure/bench.h"
+#include "measure/multi_bench.h"
 
 namespace gpulab::measure {
 
@@ -71,6 +72,19 @@ struct EngineBenchRequest {
 // the GPU name, the start/end GPU state, the profile (options.profile) and the ceilings
 // (request.measure_ceilings). kUnavailable when no GPU is usable.
 Result<BenchResult> run_engine_bench(const BenchOptions& options, const EngineBenchRequest& request);
+
+// One GPU of `gpulab bench --gpus`: its CUDA ordinal and where its feeding thread runs.
+struct GpuPlacement {
+  int device = 0;
+  std::vector<int> cpus;  // from NVML's CPU affinity; empty: not pinned
+  std::optional<int> numa_node;
+};
+
+// `gpulab bench --gpus`: builds (or loads) the engine on every GPU, one thread per GPU, then
+// run_multi_bench: the first GPU alone (options.single_baseline), then all at once.
+Result<MultiBenchResult> run_engine_bench_multi(const MultiBenchOptions& options,
+                                                const EngineBenchRequest& request,
+                                                const std::vector<GpuPlacement>& gpus);
 
 // `gpulab bench --ceilings` without a model: measures only the ceilings of the device.
 Result<Ceilings> measure_ceilings(int device, const std::string& precision);

@@ -1,5 +1,6 @@
 #include "pipeline/pipeline.h"
 
+#include <malloc.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -187,6 +188,14 @@ int64_t current_rss_bytes() {
 int64_t peak_rss_bytes() {
   return read_status_kib("VmHWM:");
 }
+int64_t heap_in_use_bytes() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 info = mallinfo2();  // sums every arena, the decode threads' too
+  return static_cast<int64_t>(info.uordblks + info.hblkhd);
+#else
+  return 0;
+#endif
+}
 
 int min_decode_side(const PreprocessSpec& spec) {
   if (spec.preset == PreprocessSpec::Preset::kTorchvision) return spec.resize_shorter;
@@ -351,6 +360,12 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& options, BatchBackend
     if (before < files && done >= files) {
       stats.first_pass_s = seconds_between(start, Clock::now());
       stats.rss_after_first_pass_bytes = current_rss_bytes();
+      stats.heap_after_first_pass_bytes = heap_in_use_bytes();
+    }
+    const int64_t last_pass_start = files * (options.loop - 1);
+    if (options.loop > 1 && before < last_pass_start && done >= last_pass_start) {
+      // Like after pass 1, the decode threads still hold their buffers: the two readings compare.
+      stats.heap_before_last_pass_bytes = heap_in_use_bytes();
       stats.device_used_after_first_pass_bytes = backend.device_account().device_used_bytes;
     }
     ring.release(b);

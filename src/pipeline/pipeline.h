@@ -177,6 +177,13 @@ struct PipelineStats {
   int64_t rss_after_first_pass_bytes = 0;
   int64_t rss_final_bytes = 0;
   int64_t rss_peak_bytes = 0;
+  // Bytes the allocator has handed out and not had back (glibc's mallinfo2: every arena plus
+  // mmapped blocks) after pass 1 and after pass N-1 (N > 1), while the decode threads hold their
+  // buffers both times; 0 where the C library cannot say. A leak grows this; the resident set can
+  // also grow without one, when freed memory stays with the allocator (per-thread arenas
+  // fragmented by the decode threads' timing, huge pages).
+  int64_t heap_after_first_pass_bytes = 0;
+  int64_t heap_before_last_pass_bytes = 0;
   // GPU backends: the device's account at the end, and its memory in use after pass 1.
   DeviceAccount device;
   int64_t device_used_after_first_pass_bytes = 0;
@@ -197,5 +204,7 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& options, BatchBackend
 // where unknown.
 int64_t current_rss_bytes();
 int64_t peak_rss_bytes();
+// Bytes allocated through malloc and not yet freed, over every thread's arena; 0 where unknown.
+int64_t heap_in_use_bytes();
 
 }  // namespace gpulab

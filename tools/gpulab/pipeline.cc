@@ -166,6 +166,8 @@ nlohmann::json to_json(const PipelineCliOptions& o, const Classifier& c, const P
         {"rss_final_bytes", s.rss_final_bytes},
         {"rss_peak_bytes", s.rss_peak_bytes},
         {"rss_growth_fraction", rss_growth(s)},
+        {"heap_after_first_pass_bytes", s.heap_after_first_pass_bytes},
+        {"heap_before_last_pass_bytes", s.heap_before_last_pass_bytes},
         {"device_used_after_first_pass_bytes",
          dev.present ? nlohmann::json(s.device_used_after_first_pass_bytes) : nlohmann::json(nullptr)},
         {"device_used_final_bytes",
@@ -242,7 +244,11 @@ void print_table(const PipelineCliOptions& o, const Classifier& c, const Pipelin
              s.rss_after_first_pass_bytes / kMiB, s.rss_final_bytes / kMiB);
   const nlohmann::json growth = rss_growth(s);
   if (!growth.is_null()) fmt::print(" ({:+.2f}%)", 100.0 * growth.get<double>());
-  fmt::print(", peak {:.1f} MiB\n", s.rss_peak_bytes / kMiB);
+  fmt::print(", peak {:.1f} MiB", s.rss_peak_bytes / kMiB);
+  if (s.passes > 1 && s.heap_before_last_pass_bytes > 0)
+    fmt::print("; heap in use {:.1f} MiB after pass 1, {:.1f} MiB after pass {}",
+               s.heap_after_first_pass_bytes / kMiB, s.heap_before_last_pass_bytes / kMiB, s.passes - 1);
+  fmt::print("\n");
   if (s.failed_images > 0)
     fmt::print("Skipped: {} image(s) over all passes (named on stderr)\n", s.failed_images);
 }

@@ -262,8 +262,11 @@ TEST_F(PipelineTest, BadOptionsAreRejected) {
 }
 
 // Memory stays flat: after pass 1 (files cached, slots and per-thread buffers at their size), 40
-// more passes add no more than a small, fixed allowance to the resident set.
-TEST_F(PipelineTest, RssStaysFlatOverManyPasses) {
+// more passes leave no more allocated: the heap in use grows by less than a small, fixed allowance.
+// The resident set is recorded but not bounded as tightly: on a loaded 2-core machine glibc's
+// per-thread arenas have held 60 MB of freed chunks after such a run (the heap in use was flat),
+// which is the allocator's fragmentation, not memory the pipeline keeps.
+TEST_F(PipelineTest, MemoryStaysFlatOverManyPasses) {
   std::vector<fs::path> files;
   for (int i = 0; i < 16; ++i) {
     files.push_back(dir_ / ("photo" + std::to_string(i) + ".jpg"));
@@ -277,10 +280,12 @@ TEST_F(PipelineTest, RssStaysFlatOverManyPasses) {
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   const PipelineStats& s = r->stats;
   ASSERT_GT(s.rss_after_first_pass_bytes, 0) << "no /proc/self/status";
-  const int64_t growth = s.rss_final_bytes - s.rss_after_first_pass_bytes;
-  RecordProperty("rss_growth_bytes", std::to_string(growth));
-  EXPECT_LT(growth, int64_t{4} << 20)
-      << "RSS after pass 1 " << s.rss_after_first_pass_bytes << ", after pass 41 " << s.rss_final_bytes;
+  if (s.heap_after_first_pass_bytes <= 0) GTEST_SKIP() << "this C library does not report the heap in use";
+  const int64_t heap_growth = s.heap_before_last_pass_bytes - s.heap_after_first_pass_bytes;
+  RecordProperty("heap_growth_bytes", std::to_string(heap_growth));
+  RecordProperty("rss_growth_bytes", std::to_string(s.rss_final_bytes - s.rss_after_first_pass_bytes));
+  EXPECT_LT(heap_growth, int64_t{1} << 20) << "heap in use after pass 1 " << s.heap_after_first_pass_bytes
+                                           << ", after pass 40 " << s.heap_before_last_pass_bytes;
   EXPECT_EQ(s.images, 16 * 41);
 }
 

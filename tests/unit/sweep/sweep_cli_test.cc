@@ -225,6 +225,33 @@ TEST_F(SweepCli, ProgressOnATerminalOnly) {
   EXPECT_EQ(stderr_on_a_terminal(quiet).find("sweep: point"), std::string::npos);
 }
 
+TEST_F(SweepCli, SeveralSimulatedGpus) {
+  json doc = {
+      {"memory_mib", 300},
+      {"baseline_used_mib", 100},
+      {"precisions",
+       {{"fp16", {{"launch_ms", 0.1}, {"per_image_ms", 0.01}, {"weights_mib", 20}, {"mib_per_image", 10}}}}},
+      {"gpus", {json::object(), {{"memory_mib", 200}}}}};
+  const fs::path sim = write("gpus.json", doc);
+  const fs::path out = dir_ / "sweep.json";
+  const CliRun r = run_gpulab("sweep --simulate '" + sim.string() +
+                              "' --gpus 0,1 --precisions fp16 --min-duration-s 0.05 --warmup-ms 0 --json '" +
+                              out.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.out.find("Per GPU"), std::string::npos) << r.out;
+  const json result = read_json(out);
+  EXPECT_EQ(result["target"]["description"], "2 x simulated (" + sim.string() + ") (GPUs 0, 1)");
+  EXPECT_EQ(result["options"]["gpus"], json({0, 1}));
+  // GPU 1 has 200 MiB: 8 images fit there (100 + 20 + 8 x 10), so 8 for the pair.
+  EXPECT_EQ(result["recommendations"][0]["largest_fitting_batch"], 8);
+  EXPECT_EQ(result["points"][0]["per_gpu"].size(), 2u);
+  const CliRun bad = run_gpulab("sweep --simulate '" + sim.string() + "' --gpus 0,0 --telemetry none");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.err.find("GPU 0 is listed twice"), std::string::npos) << bad.err;
+  const CliRun both = run_gpulab("sweep --simulate '" + sim.string() + "' --gpus 0,1 --device 1");
+  EXPECT_NE(both.exit_code, 0);
+}
+
 json nvml_with_state(const fs::path& state) {
   return {{"state_file", state.string()},
           {"devices", {{{"power_limit_w", 700}, {"power_limit_min_w", 200}, {"power_limit_max_w", 700}}}}};

@@ -303,5 +303,67 @@ TEST_F(FakeNvmlScenario, AMalformedScenarioFailsNvmlInit) {
   EXPECT_NE(r.err.find("nvmlInit failed"), std::string::npos) << r.err;
 }
 
+// Four fake GPUs: two joined by NVLink, two behind a PCIe switch on the other NUMA node, one at x8
+// and one with a lower power limit.
+const nlohmann::json kFourGpus = {{"devices",
+                                   {{{"cpu_affinity", {0, 1}},
+                                     {"numa_node", 0},
+                                     {"nvlinks", {{"1", 18}}},
+                                     {"topology", {{"1", 30}, {"2", 50}, {"3", 50}}}},
+                                    {{"cpu_affinity", {0, 1}},
+                                     {"numa_node", 0},
+                                     {"nvlinks", {{"0", 18}}},
+                                     {"topology", {{"0", 30}, {"2", 50}, {"3", 50}}}},
+                                    {{"cpu_affinity", {2, 3}},
+                                     {"numa_node", 1},
+                                     {"topology", {{"0", 50}, {"1", 50}, {"3", 10}}},
+                                     {"readings", {{"pcie_width", 8}}}},
+                                    {{"cpu_affinity", {2, 3}},
+                                     {"numa_node", 1},
+                                     {"topology", {{"0", 50}, {"1", 50}, {"2", 10}}},
+                                     {"power_limit_w", 500}}}}};
+
+TEST_F(FakeNvmlScenario, DoctorShowsTheTopologyAndAGpuBelowItsPeers) {
+  const CliRun r = run_gpulab("doctor --json --no-libraries --pcie-load-ms 0", env(kFourGpus));
+  const auto doc = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(doc.is_array()) << r.output;
+  std::map<std::string, nlohmann::json> by_check;
+  for (const auto& f : doc) by_check[f.at("check").get<std::string>()] = f;
+  EXPECT_EQ(by_check["GPU topology"].at("detail"),
+            "GPU0-GPU1 NV18, GPU0-GPU2 SYS, GPU0-GPU3 SYS, GPU1-GPU2 SYS, GPU1-GPU3 SYS, GPU2-GPU3 PIX");
+  EXPECT_EQ(by_check["GPU 2 NUMA affinity"].at("detail"), "CPUs 2-3, NUMA node 1");
+  EXPECT_EQ(by_check["GPU 2 vs its peers"].at("status"), "warn");
+  EXPECT_EQ(by_check["GPU 2 vs its peers"].at("detail"), "PCIe x8 where a peer has x16");
+  EXPECT_EQ(by_check["GPU 3 vs its peers"].at("detail"), "power limit 500 W where a peer has 700 W");
+  EXPECT_EQ(by_check.count("GPU 0 vs its peers"), 0u);
+
+  const CliRun matrix = run_gpulab("doctor --topology", env(kFourGpus));
+  ASSERT_EQ(matrix.exit_code, 0) << matrix.output;
+  EXPECT_NE(matrix.out.find("GPU2     SYS   SYS     X   PIX  2-3               1"), std::string::npos)
+      << matrix.out;
+  const CliRun json = run_gpulab("doctor --topology --json", env(kFourGpus));
+  const auto topo = nlohmann::json::parse(json.out, nullptr, false);
+  ASSERT_TRUE(topo.is_object()) << json.output;
+  EXPECT_EQ(topo["links"][0][1], "NV18");
+}
+
+TEST_F(FakeNvmlScenario, MonitorReadsEveryGpu) {
+  const CliRun r = run_gpulab("monitor --csv --count 1 --fields index,pcie.link.width.current,power.limit",
+                              env(kFourGpus));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.out.find("\n0, 16, 700.00\n1, 16, 700.00\n2, 8, 700.00\n3, 16, 500.00\n"), std::string::npos)
+      << r.out;
+}
+
+TEST_F(FakeNvmlScenario, BenchOnSeveralGpusChecksItsFlags) {
+  const CliRun bad = run_gpulab("bench --gpus 0,9 --model /nonexistent.onnx", env(kFourGpus));
+  EXPECT_NE(bad.exit_code, 0);
+  const CliRun profile = run_gpulab("bench --gpus all --model x.onnx --profile", env(kFourGpus));
+  EXPECT_EQ(profile.exit_code, 2) << profile.output;
+  EXPECT_NE(profile.err.find("--profile is per GPU"), std::string::npos) << profile.err;
+  const CliRun both = run_gpulab("bench --gpus all --device 1 --model x.onnx", env(kFourGpus));
+  EXPECT_NE(both.exit_code, 0);
+}
+
 }  // namespace
 }  // namespace gpulab
