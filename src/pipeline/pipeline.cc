@@ -9,7 +9,9 @@
 #endif
 #endif
 #ifdef GPULAB_ADDRESS_SANITIZER
-#include <sanitizer/allocator_interface.h>
+// The sanitizer runtime's public interface (sanitizer/allocator_interface.h in LLVM; GCC 12 ships
+// the function in libasan without the header).
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #endif
 #include <time.h>
 #include <unistd.h>
