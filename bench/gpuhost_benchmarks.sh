@@ -3,7 +3,7 @@
 # the gpu-labelled tests, the precision-agreement check on the ImageNet sample set, `gpulab bench`
 # on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
 # Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
-#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep" bash bench/gpuhost_benchmarks.sh [budget_s]
+#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep crosscheck" bash bench/gpuhost_benchmarks.sh [budget_s]
 # COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # The data set is read from $GPULAB_DATASET_DIR (default .gpuhost/data/imagenet-sample-256).
@@ -193,5 +193,20 @@ if has sweep; then
     tail -25 "$out/sweep_${name}.txt"
   done
   tar czf "$out/sweep-results.tgz" -C "$results" .
+fi
+if has crosscheck; then
+  # The sweep's NVML telemetry against nvidia-smi's own reading of the same seconds: one point
+  # (CROSSCHECK_POINT, "fp16 256" by default) timed for 20 s, nvidia-smi sampling every 100 ms beside
+  # it; bench/telemetry_crosscheck.py compares the means over nvidia-smi's busy window.
+  read -r cp cb <<< "${CROSSCHECK_POINT:-fp16 256}"
+  nvidia-smi --query-gpu=timestamp,power.draw,clocks.sm,utilization.gpu --format=csv -lms 100 \
+    > "$out/crosscheck_smi.csv" 2>&1 &
+  smi=$!
+  timeout 150 "$gpulab" sweep --model "$r18" --precisions "$cp" --batches "$cb" --min-duration-s 20 \
+    --timing-cache /tmp/gpulab-timing-cache.json --json "$out/crosscheck_sweep.json" > "$out/crosscheck_sweep.txt" 2>&1
+  echo "crosscheck sweep rc=$?"
+  kill "$smi"
+  python3 bench/telemetry_crosscheck.py --smi "$out/crosscheck_smi.csv" --sweep "$out/crosscheck_sweep.json" \
+    --json "$out/crosscheck.json"
 fi
 echo "end at $(($(date +%s) - start)) s"

@@ -12,11 +12,13 @@ function(gpulab_target_defaults target)
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${GPULAB_WERROR}>>:-Werror>)
 endfunction()
 
-# gpulab_add_library(name SOURCES ... DEPS ...): one static library per source folder.
+# gpulab_add_library(name SOURCES ... DEPS ...): one static library per source folder, installed and
+# exported as gpulab::<name> (cmake/GpulabPackage.cmake).
 function(gpulab_add_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(gpulab_${name} STATIC ${ARG_SOURCES})
   add_library(gpulab::${name} ALIAS gpulab_${name})
   gpulab_target_defaults(gpulab_${name})
   target_link_libraries(gpulab_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  gpulab_install_library(gpulab_${name} ${name})
 endfunction()

@@ -1,16 +1,15 @@
 # Writes OUTPUT (a header defining GPULAB_GIT_COMMIT) from `git describe` of SOURCE_DIR, run at every
 # build (target gpulab_git_commit) so that a result records the commit it was built from, not the
 # one CMake was configured at. The file is rewritten only when the text changes. Outside a git
-# checkout (a source tarball, a .deb build, a copy of the working tree on the GPU host) the commit is
-# $GPULAB_GIT_COMMIT when the environment sets it, else "unknown"; "-dirty" marks uncommitted
-# changes.
+# checkout (a source tarball, the Docker build, whose context leaves .git out, a copy of the working
+# tree on the GPU host) the commit is $GPULAB_GIT_COMMIT when set (letters, digits, . _ + -: it
+# lands in a C string literal), else "unknown"; "-dirty" marks uncommitted changes.
 execute_process(
   COMMAND git -C "${SOURCE_DIR}" describe --always --dirty --abbrev=12 --exclude "*"
   OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR commit STREQUAL "")
-  if(NOT "$ENV{GPULAB_GIT_COMMIT}" STREQUAL "")
-    set(commit "$ENV{GPULAB_GIT_COMMIT}")
-  else()
+  set(commit "$ENV{GPULAB_GIT_COMMIT}")
+  if(NOT commit MATCHES "^[0-9A-Za-z._+-]+$")
     set(commit "unknown")
   endif()
 endif()

@@ -16,9 +16,10 @@ else
 pkgs=(cmake ninja-build g++ pkg-config
       libonnx-dev libprotobuf-dev protobuf-compiler
       libcli11-dev nlohmann-json3-dev libfmt-dev
-      libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
+      libturbojpeg0-dev libjpeg-dev libpng-dev zlib1g-dev  # libjpeg-dev: a name Debian and Ubuntu share
       libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
-      python3 python3-pip)  # pip: NVIDIA's cuDNN frontend headers (below)
+      python3 python3-pip   # pip: NVIDIA's cuDNN frontend and CUTLASS headers (below)
+      dpkg-dev file)        # cpack's .deb: dpkg-shlibdeps finds the Depends: of the binary
 if [ "$with_python" = 1 ]; then
   # Debian's torch/torchvision/onnx generate the seeded fixtures and the PyTorch goldens.
   pkgs+=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-pil)
@@ -43,20 +44,30 @@ fi
 
 [ "${1:-}" = "--fuzz" ] && exit 0
 
-# NVIDIA's cuDNN frontend C++ headers (the CUDA backend's cuDNN graph API) come from the PyPI
-# wheel nvidia-cudnn-frontend, installed into <project>/.deps/pip (git-ignored; --target keeps it
-# out of the system Python, so Debian 12's externally-managed environment is not touched).
-# src/backends/cuda/CMakeLists.txt looks for .deps/pip/include/cudnn_frontend.h first.
+# NVIDIA's cuDNN frontend and CUTLASS C++ headers (the CUDA backend) come from the PyPI wheels
+# nvidia-cudnn-frontend and nvidia-cutlass, at the versions and hashes pinned in
+# scripts/pip-requirements.txt, installed into <project>/.deps/pip (git-ignored; --target keeps
+# them out of the system Python, so Debian 12's externally-managed environment is not touched).
+# src/backends/cuda/CMakeLists.txt looks there first: include/cudnn_frontend.h and
+# cutlass_library/source/include/cutlass/cutlass.h. Nothing is downloaded when .deps/pip already
+# holds the pinned versions; otherwise both are installed into a new folder that then replaces it.
 root=$(cd "$(dirname "$0")/.." && pwd)
-if [ ! -f "$root/.deps/pip/include/cudnn_frontend.h" ]; then
-  echo "install-deps: installing nvidia-cudnn-frontend into $root/.deps/pip"
-  python3 -m pip install -q --no-deps --target "$root/.deps/pip" nvidia-cudnn-frontend
-fi
-# NVIDIA's CUTLASS C++ headers (the small-channel convolution kernels), from the PyPI wheel
-# nvidia-cutlass, beside it; the headers sit in cutlass_library/source/include.
-if [ ! -f "$root/.deps/pip/cutlass_library/source/include/cutlass/cutlass.h" ]; then
-  echo "install-deps: installing nvidia-cutlass into $root/.deps/pip"
-  python3 -m pip install -q --no-deps --target "$root/.deps/pip" nvidia-cutlass
+requirements="$root/scripts/pip-requirements.txt"
+pins=$(sed -n 's/^\([A-Za-z0-9_.-]*\)==\([^ \\]*\).*/\1 \2/p' "$requirements")
+stale=()
+while read -r name version; do
+  # pip names its metadata folder <name with _ for ->-<version>.dist-info.
+  [ -d "$root/.deps/pip/${name//-/_}-$version.dist-info" ] || stale+=("$name==$version")
+done <<< "$pins"
+if [ "${#stale[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${stale[*]} (pinned in scripts/pip-requirements.txt) into $root/.deps/pip"
+  mkdir -p "$root/.deps"
+  fresh=$(mktemp -d "$root/.deps/pip.new.XXXXXX")
+  trap 'rm -rf "$fresh"' EXIT
+  python3 -m pip install -q --root-user-action=ignore --no-deps --require-hashes --only-binary=:all: --target "$fresh" -r "$requirements"
+  rm -rf "$root/.deps/pip"
+  mv "$fresh" "$root/.deps/pip"
+  trap - EXIT
 fi
 # onnxruntime (CPU), pinned, beside them: tests/fixtures/make_qdq_fixture.py writes its output for
 # the QDQ fixture, which tests/reference/qdq compares the importer and the INT8 plan with. Its

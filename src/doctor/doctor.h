@@ -51,6 +51,7 @@ std::vector<Finding> check_secure_boot(const SystemView& sys);
 std::vector<Finding> check_container(const SystemView& sys);
 
 // Versions are CUDA-style integers: 12040 = 12.4.
+std::string cuda_version_text(int cuda_version);  // 12040 -> "12.4"
 // CUDA driver API version vs the CUDA version gpulab was built with (nullopt: unknown).
 Finding judge_cuda_driver(std::optional<int> driver_version, std::optional<int> built_version,
                           const std::string& load_error);
@@ -64,6 +65,7 @@ struct LibraryProbe {
 Finding judge_library(std::string_view name, const LibraryProbe& probe, std::optional<int> built_cuda_major);
 LibraryProbe probe_cudnn();
 LibraryProbe probe_cublas();
+LibraryProbe probe_cuda_runtime();  // libcudart.so.13 / .12: cudaRuntimeGetVersion
 // The CUDA version gpulab was built against (from the toolkit found at configure time).
 std::optional<int> built_cuda_version();
 

@@ -1,4 +1,4 @@
-// Checks of the CUDA libraries: driver API version, cuDNN, cuBLAS (all loaded with dlopen).
+// Checks of the CUDA libraries: driver API version, CUDA runtime, cuDNN, cuBLAS (all loaded with dlopen).
 #include <dlfcn.h>
 #include <link.h>
 
@@ -9,10 +9,6 @@
 
 namespace gpulab::doctor {
 namespace {
-
-std::string version_text(int cuda_version) {
-  return fmt::format("{}.{}", cuda_version / 1000, (cuda_version % 1000) / 10);
-}
 
 struct Loaded {
   void* handle = nullptr;
@@ -41,6 +37,10 @@ Loaded open_first(std::initializer_list<const char*> sonames, std::string* error
 
 }  // namespace
 
+std::string cuda_version_text(int cuda_version) {
+  return fmt::format("{}.{}", cuda_version / 1000, (cuda_version % 1000) / 10);
+}
+
 std::optional<int> built_cuda_version() {
 #ifdef GPULAB_CUDA_BUILD_VERSION
   return GPULAB_CUDA_BUILD_VERSION;
@@ -63,22 +63,22 @@ Finding judge_cuda_driver(std::optional<int> driver_version, std::optional<int> 
   if (!built_version) {
     f.status = Severity::kPass;
     f.detail = fmt::format("driver supports CUDA {} (gpulab's build CUDA version unknown)",
-                           version_text(*driver_version));
+                           cuda_version_text(*driver_version));
     return f;
   }
   if (*driver_version < *built_version) {
     f.status = Severity::kFail;
     f.detail = fmt::format("driver supports CUDA {}, gpulab was built with CUDA {}",
-                           version_text(*driver_version), version_text(*built_version));
+                           cuda_version_text(*driver_version), cuda_version_text(*built_version));
     f.fix = fmt::format(
         "Upgrade the NVIDIA driver to one that supports CUDA {} (see the CUDA toolkit "
         "release notes, table of minimum driver versions), or build gpulab with CUDA {}",
-        version_text(*built_version), version_text(*driver_version));
+        cuda_version_text(*built_version), cuda_version_text(*driver_version));
     return f;
   }
   f.status = Severity::kPass;
   f.detail = fmt::format("driver supports CUDA {} >= CUDA {} gpulab was built with",
-                         version_text(*driver_version), version_text(*built_version));
+                         cuda_version_text(*driver_version), cuda_version_text(*built_version));
   return f;
 }
 
@@ -151,6 +151,26 @@ LibraryProbe probe_cublas() {
       p.version = fmt::format("{}.{}.{}", major, minor, patch);
       p.cuda_major = major;  // cuBLAS's major version is the CUDA major it ships with
     }
+  }
+  dlclose(l.handle);
+  return p;
+}
+
+LibraryProbe probe_cuda_runtime() {
+  LibraryProbe p;
+  std::string errors;
+  Loaded l = open_first({"libcudart.so.13", "libcudart.so.12"}, &errors);
+  if (l.handle == nullptr) {
+    p.path_or_error = errors.empty() ? "libcudart.so.13 not found" : errors.substr(0, errors.size() - 2);
+    return p;
+  }
+  p.found = true;
+  p.path_or_error = l.path;
+  auto get_version = reinterpret_cast<int (*)(int*)>(dlsym(l.handle, "cudaRuntimeGetVersion"));
+  int v = 0;
+  if (get_version != nullptr && get_version(&v) == 0) {  // 0: cudaSuccess
+    p.version = cuda_version_text(v);
+    p.cuda_major = v / 1000;
   }
   dlclose(l.handle);
   return p;

@@ -1,6 +1,18 @@
 #include "pipeline/pipeline.h"
 
 #include <malloc.h>
+#if defined(__SANITIZE_ADDRESS__)
+#define GPULAB_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GPULAB_ADDRESS_SANITIZER 1
+#endif
+#endif
+#ifdef GPULAB_ADDRESS_SANITIZER
+// The sanitizer runtime's public interface (sanitizer/allocator_interface.h in LLVM; GCC 12 ships
+// the function in libasan without the header).
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
+#endif
 #include <time.h>
 #include <unistd.h>
 
@@ -189,7 +201,10 @@ int64_t peak_rss_bytes() {
   return read_status_kib("VmHWM:");
 }
 int64_t heap_in_use_bytes() {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+#ifdef GPULAB_ADDRESS_SANITIZER
+  // ASan's allocator replaces glibc's (whose mallinfo2 then reads zero); it counts live bytes too.
+  return static_cast<int64_t>(__sanitizer_get_current_allocated_bytes());
+#elif defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
   const struct mallinfo2 info = mallinfo2();  // sums every arena, the decode threads' too
   return static_cast<int64_t>(info.uordblks + info.hblkhd);
 #else

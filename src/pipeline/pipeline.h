@@ -178,10 +178,10 @@ struct PipelineStats {
   int64_t rss_final_bytes = 0;
   int64_t rss_peak_bytes = 0;
   // Bytes the allocator has handed out and not had back (glibc's mallinfo2: every arena plus
-  // mmapped blocks) after pass 1 and after pass N-1 (N > 1), while the decode threads hold their
-  // buffers both times; 0 where the C library cannot say. A leak grows this; the resident set can
-  // also grow without one, when freed memory stays with the allocator (per-thread arenas
-  // fragmented by the decode threads' timing, huge pages).
+  // mmapped blocks; AddressSanitizer's own count in a sanitized build) after pass 1 and after pass N-1 (N >
+  // 1), while the decode threads hold their buffers both times; 0 where the C library cannot say. A leak
+  // grows this; the resident set can also grow without one, when freed memory stays with the allocator
+  // (ASan's quarantine, per-thread arenas fragmented by the decode threads' timing).
   int64_t heap_after_first_pass_bytes = 0;
   int64_t heap_before_last_pass_bytes = 0;
   // GPU backends: the device's account at the end, and its memory in use after pass 1.

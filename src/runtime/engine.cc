@@ -1,6 +1,7 @@
 // EngineImpl (the plan's weights on the device, shared by its contexts) and the entry points
 // that build or load one. The contexts are in context.cc and context_run.cc.
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -171,18 +172,18 @@ bool cuda_device_available(std::string* reason) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
     if (reason) *reason = err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device";
+    // The runtime says "driver version is insufficient" when there is no driver at all.
+    if (reason && err == cudaErrorInsufficientDriver) {
+      if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+        dlclose(driver);
+      } else {
+        *reason = "no NVIDIA driver (libcuda.so.1 not found)";
+      }
+    }
     cudaGetLastError();
     return false;
   }
   return true;
-}
-
-Result<std::shared_ptr<Engine>> build_or_load_engine(const std::string& plan_path,
-                                                     const std::string& model_path,
-                                                     const BuildOptions& options) {
-  if (!plan_path.empty()) return Engine::load(plan_path, options.device);
-  if (model_path.empty()) return Status::invalid_argument("engine: give a plan file or a model file.");
-  return Engine::build_from_onnx(model_path, options);
 }
 
 }  // namespace gpulab

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "data_paths.h"
+#include "graph/classifier.h"
 #include "onnx/onnx_import.h"
 #include "passes/passes.h"
 
@@ -45,28 +46,6 @@ Status check_image_input(const Graph& graph, const std::string& model_path) {
   return Status::ok();
 }
 
-// True when the model's output already is a probability distribution over the classes: a
-// Softmax over the class axis makes it, perhaps behind views (Flatten, Reshape, Identity). A
-// second softmax over probabilities flattens them: 1000 classes would each show about 0.1%.
-bool outputs_probabilities(const Graph& graph) {
-  if (graph.outputs.size() != 1) return false;
-  std::string value = graph.outputs[0];
-  for (int hops = 0; hops < 8; ++hops) {
-    const int producer = graph.producer(value);
-    if (producer < 0) return false;
-    const Node& node = graph.nodes[producer];
-    switch (node.op) {
-      case OpType::kIdentity:
-      case OpType::kDropout:
-      case OpType::kFlatten:
-      case OpType::kReshape: value = node.input(0); continue;
-      case OpType::kSoftmax: return softmax_over_classes(graph, node);
-      default: return false;
-    }
-  }
-  return false;
-}
-
 class BackendRunner final : public HostBatchRunner {
  public:
   explicit BackendRunner(Classifier& classifier) : classifier_(classifier) {}
@@ -96,7 +75,7 @@ Result<std::unique_ptr<Classifier>> load_classifier(const ClassifierOptions& o) 
                           make_classify_backend(c->graph ? &*c->graph : nullptr, backend_options));
   GPULAB_ASSIGN_OR_RETURN(c->spec, choose_preprocess(o, c->backend->metadata()));
   // From the model's graph, or from a plan (whose output step applies the model's Softmax).
-  c->probabilities = c->graph ? outputs_probabilities(*c->graph) : c->backend->outputs_probabilities();
+  c->probabilities = c->graph ? outputs_class_probabilities(*c->graph) : c->backend->outputs_probabilities();
   c->spec.output_size = static_cast<int>(c->backend->input_shape()[2]);
   return c;
 }

@@ -57,5 +57,9 @@ void add_accuracy_command(CLI::App& app);
 void add_monitor_command(CLI::App& app);
 void add_bandwidth_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
+void add_version_command(CLI::App& app);
+
+// What `gpulab --version` prints: version, commit, and the libraries built with and found.
+std::string version_text();
 
 }  // namespace gpulab::cli

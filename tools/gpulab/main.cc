@@ -53,7 +53,15 @@ int main(int argc, char** argv) {
   using namespace gpulab;
   install_interrupt_handlers();  // SIGINT/SIGTERM leave no partial output file (core/interrupt.h)
   CLI::App app{"gpulab: fast image-model inference on NVIDIA GPUs, and why it is as fast as it is"};
+#ifdef GPULAB_HAVE_DOCTOR
+  app.set_version_flag("--version", [] {
+    std::string text = cli::version_text();
+    if (!text.empty() && text.back() == '\n') text.pop_back();  // CLI11 ends the line itself
+    return text;
+  });
+#else
   app.set_version_flag("--version", std::string("gpulab ") + GPULAB_VERSION);
+#endif
   app.require_subcommand(1);
   app.fallthrough();
   // Flag callbacks run as the flags are parsed, before any subcommand's callback.
@@ -72,6 +80,9 @@ int main(int argc, char** argv) {
   cli::add_bench_command(app);     // always: without a GPU runtime it says so and exits non-zero
   cli::add_sweep_command(app);     // always: --simulate runs anywhere; a model needs the GPU runtime
   cli::add_accuracy_command(app);  // CPU emulation: runs everywhere
+#ifdef GPULAB_HAVE_DOCTOR
+  cli::add_version_command(app);
+#endif
 #ifdef GPULAB_HAVE_TELEMETRY
   cli::add_monitor_command(app);
   cli::add_bandwidth_command(app);
