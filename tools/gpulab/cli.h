@@ -43,5 +43,6 @@ void add_bench_command(CLI::App& app);
 void add_monitor_command(CLI::App& app);
 void add_bandwidth_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 }  // namespace gpulab::cli
