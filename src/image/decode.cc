@@ -89,6 +89,27 @@ Result<Image> decode_image_bytes(std::span<const std::byte> bytes, std::string_v
       source_name, head));
 }
 
+Result<DecodeInfo> decode_image_into(std::span<const std::byte> bytes, std::string_view source_name,
+                                     const DecodeOptions& options, Image* out) {
+  const ImageFormat format = detect_image_format(bytes);
+  if (format == ImageFormat::kJpeg) {
+    DecodeInfo info;
+    info.format = format;
+    const Status decoded =
+        image_detail::decode_jpeg_into(bytes, source_name, options.min_shorter_side, out, &info);
+    if (!decoded.is_ok()) {
+      out->width = out->height = 0;
+      out->rgb.clear();
+      return decoded;
+    }
+    return info;
+  }
+  GPULAB_ASSIGN_OR_RETURN(Image image, decode_image_bytes(bytes, source_name));
+  DecodeInfo info{.format = format, .source_width = image.width, .source_height = image.height};
+  *out = std::move(image);
+  return info;
+}
+
 Result<Image> decode_image(const std::filesystem::path& path) {
   GPULAB_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, read_file_bytes(path));
   return decode_image_bytes(bytes, path.string());
@@ -110,6 +131,21 @@ Result<Image> allocate_image(int width, int height, std::string_view source_name
                                              height));
   }
   return image;
+}
+
+Status reshape_image(int width, int height, std::string_view source_name, Image* image) {
+  GPULAB_TRY(check_image_dimensions(width, height, source_name));
+  const size_t bytes = static_cast<size_t>(width) * static_cast<size_t>(height) * 3;
+  try {
+    image->rgb.resize(bytes);
+  } catch (const std::bad_alloc&) {
+    return Status::out_of_memory(fmt::format("image '{}': cannot allocate {} bytes for {}x{} RGB pixels.",
+                                             source_name, bytes, width, height));
+  }
+  image->width = width;
+  image->height = height;
+  image->channels = 3;
+  return Status::ok();
 }
 
 }  // namespace image_detail

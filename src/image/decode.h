@@ -69,4 +69,30 @@ Result<Image> decode_image(const std::filesystem::path& path);
 // Decodes bytes already in memory; `source_name` (a path or "<stdin>") only appears in messages.
 Result<Image> decode_image_bytes(std::span<const std::byte> bytes, std::string_view source_name);
 
+// Options of decode_image_into().
+struct DecodeOptions {
+  // JPEG only: decode at the smallest of the DCT scaling factors 1/2, 1/4, 1/8 (or 1) whose
+  // scaled shorter side is still at least this many pixels. The scaling happens inside the
+  // inverse DCT (the factors libjpeg-turbo runs with SIMD code), so a 4000x3000 photo needed at
+  // 256 pixels is decoded to 1000x750 (the entropy decoding still reads the whole file). The pixels differ
+  // from a full decode followed by a resize (the DCT's filter is not PIL's). 0: always full size, as
+  // decode_image() does. Other formats ignore it.
+  int min_shorter_side = 0;
+};
+
+// What decode_image_into() decoded.
+struct DecodeInfo {
+  ImageFormat format = ImageFormat::kUnknown;
+  int source_width = 0;  // the file's dimensions, before any DCT scaling
+  int source_height = 0;
+  int scale_num = 1;  // the DCT scaling factor applied: scale_num / scale_denom (1/1: none)
+  int scale_denom = 1;
+};
+
+// As decode_image_bytes(), into `out`, whose pixel buffer is reused when its capacity suffices
+// (JPEG, the common case: a decode loop reaches a steady state without allocating). On error the
+// Status names the file and `out` holds no valid image. Thread-safe for distinct `out`s.
+Result<DecodeInfo> decode_image_into(std::span<const std::byte> bytes, std::string_view source_name,
+                                     const DecodeOptions& options, Image* out);
+
 }  // namespace gpulab

@@ -63,19 +63,37 @@ struct StreamState {
   }
 };
 
-Status setup_stream(StreamState& s, Engine& engine, int64_t input_elems, int64_t logit_elems) {
+// The bench input (fill_bench_input's sequence) uploaded to `d_input` through a bounded pageable
+// buffer, so that a batch of tens of thousands of images needs no host copy of its whole input.
+Status upload_bench_input(float* d_input, int64_t elems) {
+  constexpr int64_t kChunkElems = int64_t{16} << 20;  // 64 MiB of float32
+  std::vector<float> chunk(static_cast<size_t>(std::min(elems, kChunkElems)));
+  BenchInputGenerator generator;
+  for (int64_t done = 0; done < elems; done += kChunkElems) {
+    const int64_t n = std::min(kChunkElems, elems - done);
+    generator.fill(std::span<float>(chunk.data(), static_cast<size_t>(n)));
+    GPULAB_CUDA_TRY(cudaMemcpy(d_input + done, chunk.data(), static_cast<size_t>(n) * sizeof(float),
+                               cudaMemcpyHostToDevice));
+  }
+  return Status::ok();
+}
+
+// Pinned host copies of the input and logits only when iterations copy them (`transfers`).
+Status setup_stream(StreamState& s, Engine& engine, int64_t input_elems, int64_t logit_elems,
+                    bool transfers) {
   GPULAB_ASSIGN_OR_RETURN(s.context, engine.create_context());
   GPULAB_CUDA_TRY(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   const auto in_bytes = static_cast<size_t>(input_elems) * sizeof(float);
   const auto out_bytes = static_cast<size_t>(logit_elems) * sizeof(float);
   GPULAB_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&s.d_input), in_bytes));
   GPULAB_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&s.d_logits), out_bytes));
-  GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_input), in_bytes));
-  GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_logits), out_bytes));
   // A fixed pseudo-random input in [-1, 1): real-looking data, the same every run.
-  fill_bench_input(std::span<float>(s.h_input, static_cast<size_t>(input_elems)));
-  GPULAB_CUDA_TRY(cudaMemcpyAsync(s.d_input, s.h_input, in_bytes, cudaMemcpyHostToDevice, s.stream));
-  GPULAB_CUDA_TRY(cudaStreamSynchronize(s.stream));
+  GPULAB_TRY(upload_bench_input(s.d_input, input_elems));
+  if (transfers) {
+    GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_input), in_bytes));
+    GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_logits), out_bytes));
+    fill_bench_input(std::span<float>(s.h_input, static_cast<size_t>(input_elems)));
+  }
   for (auto& set : s.events) {
     for (cudaEvent_t& e : set) GPULAB_CUDA_TRY(cudaEventCreate(&e));
   }
@@ -236,7 +254,8 @@ Result<Ceilings> measure_ceilings(int device, const std::string& precision) {
 
 struct EngineStreams::Stream : StreamState {};
 
-Result<std::unique_ptr<EngineStreams>> EngineStreams::create(Engine& engine, int streams, int64_t batch) {
+Result<std::unique_ptr<EngineStreams>> EngineStreams::create(Engine& engine, int streams, int64_t batch,
+                                                             bool transfers) {
   const EngineInfo& info = engine.info();
   if (batch > info.max_batch) {
     return Status::invalid_argument(
@@ -253,10 +272,12 @@ Result<std::unique_ptr<EngineStreams>> EngineStreams::create(Engine& engine, int
   out->per_image_elems_ = per_image;
   out->classes_ = info.num_classes;
   out->batch_ = batch;
+  out->transfers_ = transfers;
   for (int i = 0; i < streams; ++i) {
     out->streams_.push_back(std::make_unique<Stream>());
-    GPULAB_TRY(setup_stream(*out->streams_.back(), engine, batch * per_image, batch * info.num_classes)
-                   .with_context(fmt::format("bench: setting up stream {}", i)));
+    GPULAB_TRY(
+        setup_stream(*out->streams_.back(), engine, batch * per_image, batch * info.num_classes, transfers)
+            .with_context(fmt::format("bench: setting up stream {}", i)));
   }
   return out;
 }
@@ -395,7 +416,8 @@ Result<BenchResult> run_engine_bench(const BenchOptions& options, const EngineBe
   GPULAB_ASSIGN_OR_RETURN(const std::shared_ptr<Engine> engine,
                           load_or_build_engine(options, request, plan_seconds));
   const EngineInfo& info = engine->info();
-  GPULAB_ASSIGN_OR_RETURN(auto streams, EngineStreams::create(*engine, options.streams, options.batch));
+  GPULAB_ASSIGN_OR_RETURN(auto streams, EngineStreams::create(*engine, options.streams, options.batch,
+                                                              options.include_transfers));
 
   std::optional<GpuState> start_state, end_state;
   if (request.read_gpu_state) start_state = request.read_gpu_state(options.device);

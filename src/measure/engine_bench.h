@@ -19,11 +19,13 @@ namespace gpulab::measure {
 class EngineStreams;
 
 // `streams` execution contexts of `engine` for batches up to `batch`, each on its own CUDA stream
-// with its device input (filled with fill_bench_input), logits, pinned host copies and events:
-// what run_bench_loop drives. Allocation failures are kOutOfMemory. Frees everything it holds.
+// with its device input (filled with fill_bench_input's sequence), logits and events, and with
+// `transfers` pinned host copies of both for the iterations to copy: what run_bench_loop drives.
+// Allocation failures are kOutOfMemory. Frees everything it holds.
 class EngineStreams {
  public:
-  static Result<std::unique_ptr<EngineStreams>> create(Engine& engine, int streams, int64_t batch);
+  static Result<std::unique_ptr<EngineStreams>> create(Engine& engine, int streams, int64_t batch,
+                                                       bool transfers);
   ~EngineStreams();
   EngineStreams(const EngineStreams&) = delete;
   EngineStreams& operator=(const EngineStreams&) = delete;
@@ -41,6 +43,7 @@ class EngineStreams {
   EngineStreams() = default;
   std::vector<std::unique_ptr<Stream>> streams_;
   int64_t per_image_elems_ = 0, classes_ = 0, batch_ = 0;
+  bool transfers_ = false;
 };
 
 // CUDA runtime, driver, cuDNN and cuBLAS versions and the engine's GPU, into `env`.

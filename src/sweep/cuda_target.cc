@@ -58,14 +58,18 @@ class CudaTarget final : public SweepTarget {
     build.precision = precision;
     build.max_batch = batch;
     build.device = options_.device;
+    if (options_.timed_tactics_max_batch > 0 && batch > options_.timed_tactics_max_batch)
+      build.time_tactics = false;
     GPULAB_ASSIGN_OR_RETURN(engine_, Engine::build_from_onnx(options_.model_path, build));
     precision_ = precision;
+    tactics_ = build.time_tactics ? "timed" : "heuristic";
     return facts("build", seconds_since(start));
   }
 
   Status prepare_context(int64_t batch) override {
     if (!engine_) return Status::internal("sweep: prepare_context before prepare_plan");
-    GPULAB_ASSIGN_OR_RETURN(streams_, measure::EngineStreams::create(*engine_, 1, batch));
+    GPULAB_ASSIGN_OR_RETURN(streams_,
+                            measure::EngineStreams::create(*engine_, 1, batch, options_.include_transfers));
     return Status::ok();
   }
 
@@ -133,7 +137,8 @@ class CudaTarget final : public SweepTarget {
  private:
   Result<PlanFacts> facts(std::string source, double seconds) const {
     const EngineInfo& info = engine_->info();
-    PlanFacts f{.max_batch = info.max_batch, .source = std::move(source), .seconds = seconds};
+    PlanFacts f{
+        .max_batch = info.max_batch, .source = std::move(source), .tactics = tactics_, .seconds = seconds};
     for (const LayerInfo& l : info.layers) {
       f.flops_per_image += l.flops_per_image;
       f.bytes_per_image += static_cast<double>(l.bytes_per_image);
@@ -192,6 +197,7 @@ class CudaTarget final : public SweepTarget {
   CudaTargetOptions options_;
   std::shared_ptr<Engine> engine_;
   Precision precision_ = Precision::kFp32;
+  std::string tactics_;
   std::unique_ptr<measure::EngineStreams> streams_;
   std::vector<LabelledImage> gate_images_;
   std::vector<Tensor> gate_batches_;

@@ -185,6 +185,7 @@ Result<PlanFacts> SimulatedTarget::prepare_plan(Precision precision, int64_t bat
                    .input_bytes_per_image = scenario_.input_bytes_per_image,
                    .max_batch = batch,
                    .source = "build",
+                   .tactics = "simulated",
                    .seconds = 0};
 }
 

@@ -47,8 +47,9 @@ struct PlanFacts {
   int64_t param_bytes = 0;            // weights, read once per batch
   int64_t input_bytes_per_image = 0;  // what the H2D copy moves per image (float32 NCHW)
   int64_t max_batch = 0;              // the plan's max batch
-  std::string source;                 // "build" (tactics timed or from the timing cache) or "reuse"
-  double seconds = 0;                 // host time the plan took
+  std::string source;                 // "build" or "reuse" (the previous point's plan covers the batch)
+  std::string tactics;  // "timed" (or from the timing cache), "heuristic" (cuDNN's first choice), "simulated"
+  double seconds = 0;   // host time the plan took
 };
 
 // Where an out-of-memory happened.

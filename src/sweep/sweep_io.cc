@@ -140,6 +140,7 @@ json plan_json(const PlanFacts& p) {
           {"input_bytes_per_image", p.input_bytes_per_image},
           {"max_batch", p.max_batch},
           {"source", p.source},
+          {"tactics", p.tactics},
           {"seconds", p.seconds}};
 }
 
@@ -152,6 +153,7 @@ Result<PlanFacts> plan_from_json(const json& j, const std::string& where) {
   GPULAB_ASSIGN_OR_RETURN(p.input_bytes_per_image, r.integer("input_bytes_per_image"));
   GPULAB_ASSIGN_OR_RETURN(p.max_batch, r.integer("max_batch"));
   GPULAB_ASSIGN_OR_RETURN(p.source, r.text("source"));
+  GPULAB_ASSIGN_OR_RETURN(p.tactics, r.text("tactics"));
   GPULAB_ASSIGN_OR_RETURN(p.seconds, r.number("seconds"));
   return p;
 }

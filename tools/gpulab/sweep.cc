@@ -48,6 +48,7 @@ struct SweepFlags {
   std::string simulate;
   std::string telemetry = "auto";
   int sample_period_ms = 50;
+  int64_t timed_tactics_max_batch = 1024;
   bool allow_power_limit_change = false;
   BuildFlags build;
   std::string command_line;
@@ -110,6 +111,11 @@ Status check_flags(SweepFlags& f) {
   GPULAB_TRY(sweep::validate(o));
   if (f.telemetry != "auto" && f.telemetry != "nvml" && f.telemetry != "none") {
     return Status::invalid_argument(fmt::format("--telemetry: '{}' is not auto, nvml or none.", f.telemetry));
+  }
+  if (f.timed_tactics_max_batch < 0) {
+    return Status::invalid_argument(
+        fmt::format("--timed-tactics-up-to: {} is negative (0 = time tactics at every batch).",
+                    f.timed_tactics_max_batch));
   }
   if (f.sample_period_ms < 1) {
     return Status::invalid_argument(fmt::format("--sample-period-ms: {} is below 1.", f.sample_period_ms));
@@ -206,7 +212,7 @@ std::string duration_text(double s) {
 class Progress {
  public:
   explicit Progress(const sweep::SweepOptions& options)
-      : options_(options), enabled_(::isatty(STDERR_FILENO) && log_level() <= LogLevel::kInfo) {}
+      : options_(options), enabled_(::isatty(STDERR_FILENO) && log_level() < LogLevel::kError) {}
 
   void point_started(const sweep::SweepResult& r, Precision p, int64_t batch, std::string_view phase) {
     if (!enabled_) return;
@@ -447,6 +453,11 @@ void add_sweep_command(CLI::App& app) {
   sub->add_option("--sample-period-ms", flags->sample_period_ms, "NVML sampling period")
       ->capture_default_str();
   sub->add_option("--device", o.device, "CUDA device ordinal (and NVML index)")->capture_default_str();
+  sub->add_option(
+         "--timed-tactics-up-to", flags->timed_tactics_max_batch,
+         "Plans above this batch take cuDNN's heuristic tactics instead of timing each candidate (0: "
+         "time at every batch)")
+      ->capture_default_str();
   add_build_flags(sub, &flags->build);
   on_run(sub, [flags] {
     SweepFlags f = *flags;

@@ -3,6 +3,7 @@
 // restored and the partial JSON resumable, and clear errors for bad input.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -179,6 +180,49 @@ TEST_F(SweepCli, NvmlTelemetryFromTheFakeLibrary) {
   EXPECT_EQ(missing.exit_code, 8) << missing.output;
   EXPECT_NE(missing.err.find("GPULAB_NVML_LIBRARY names '/nonexistent/libnvidia-ml.so.1'"), std::string::npos)
       << missing.err;
+}
+
+// stderr as the process sees it when it is a terminal (a pseudo-terminal here).
+std::string stderr_on_a_terminal(const std::vector<std::string>& args) {
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);  // stdout away; stderr stays the terminal
+    std::vector<char*> argv;
+    const std::string exe = testing::gpulab_exe().string();
+    argv.push_back(const_cast<char*>(exe.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(exe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(master, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::waitpid(pid, nullptr, 0);
+  ::close(master);
+  return out;
+}
+
+TEST_F(SweepCli, ProgressOnATerminalOnly) {
+  const std::vector<std::string> args = {"sweep",
+                                         "--simulate",
+                                         scenario(/*point_delay_ms=*/20).string(),
+                                         "--precisions",
+                                         "fp16",
+                                         "--telemetry",
+                                         "none",
+                                         "--min-duration-s",
+                                         "0.05"};
+  const std::string progress = stderr_on_a_terminal(args);
+  EXPECT_NE(progress.find("sweep: point 1 of ~"), std::string::npos) << progress;
+  EXPECT_NE(progress.find("fp16 batch 16 (grow)"), std::string::npos) << progress;
+  EXPECT_NE(progress.find("left"), std::string::npos) << progress;
+  std::vector<std::string> quiet = args;
+  quiet.insert(quiet.begin(), "--quiet");
+  EXPECT_EQ(stderr_on_a_terminal(quiet).find("sweep: point"), std::string::npos);
 }
 
 json nvml_with_state(const fs::path& state) {
