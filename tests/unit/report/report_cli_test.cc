@@ -127,10 +127,12 @@ class ReportCli : public ::testing::Test {
   }
   // Every input: the real outputs above, and the fixtures when the ctest fixture wrote them.
   static std::vector<fs::path> all_inputs() {
-    std::vector<fs::path> files = {made("sweep.json"), made("doctor.json"), made("monitor.jsonl"),
-                                   made("monitor.csv")};
+    // The pipeline's: a real output, recorded by its own CPU benchmark.
+    std::vector<fs::path> files = {
+        made("sweep.json"), made("doctor.json"), made("monitor.jsonl"), made("monitor.csv"),
+        testing::source_dir() / "bench/results/2026-12-05-32716b3/cpu_pipeline_sample256_loop50.json"};
     if (const char* fixtures = std::getenv("GPULAB_REPORT_FIXTURE_DIR")) {
-      for (const char* f : {"bench_profile.json", "bandwidth.json", "pipeline.json", "accuracy.json"}) {
+      for (const char* f : {"bench_profile.json", "bandwidth.json", "accuracy.json"}) {
         if (fs::exists(fs::path(fixtures) / f)) files.push_back(fs::path(fixtures) / f);
       }
     }
@@ -155,12 +157,12 @@ class ReportCli : public ::testing::Test {
          {"time since the first reading [s]", "utilization [%]", "memory used [MiB]", "power [W]",
           "clock [MHz]"}},
         {"monitor-2", {"time since the first reading [s]", "utilization [%]"}},
+        {"pipeline-1", {"capacity [images/s]"}},
     };
     if (have_fixtures()) {
       e.push_back(
           {"bench-1", {"median GPU time [ms]", "arithmetic intensity [FLOP/byte]", "achieved [TFLOP/s]"}});
       e.push_back({"bandwidth-1", {"transfer size [bytes]", "bandwidth [GB/s]"}});
-      e.push_back({"pipeline-1", {"capacity [images/s]"}});
       e.push_back({"accuracy-1",
                    {"agreement with FP32 [%]", "SQNR of the logits with only this layer reduced [dB]"}});
     }
@@ -193,11 +195,11 @@ TEST_F(ReportCli, OnePageFromEveryKindOfResult) {
   ASSERT_TRUE(out.is_object()) << r.out;
   std::vector<std::string> kinds;
   for (const json& in : out["inputs"]) kinds.push_back(in["kind"]);
-  std::vector<std::string> want = {"sweep", "doctor", "monitor", "monitor"};
-  if (have_fixtures()) want.insert(want.end(), {"bench", "bandwidth", "pipeline", "accuracy"});
+  std::vector<std::string> want = {"sweep", "doctor", "monitor", "monitor", "pipeline"};
+  if (have_fixtures()) want.insert(want.end(), {"bench", "bandwidth", "accuracy"});
   EXPECT_EQ(kinds, want);
   const int plots = out["plots"];
-  EXPECT_GE(plots, have_fixtures() ? 21 : 14);
+  EXPECT_GE(plots, have_fixtures() ? 21 : 15);
   if (have_gnuplot()) {
     EXPECT_EQ(out["plots_drawn"], plots) << r.err;
     EXPECT_TRUE(r.err.empty()) << r.err;

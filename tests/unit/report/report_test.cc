@@ -143,6 +143,11 @@ const char* kMonitorJsonLines =
 {"gpus":[{"timestamp":"2026/12/05 08:00:01.000","index":0,"name":"NVIDIA H200","power.draw":null,"power.limit":700.0,"processes":[]}]}
 )";
 
+// A real `gpulab pipeline --json` output, recorded on the CPU (the pipeline's own benchmark).
+fs::path pipeline_record() {
+  return testing::source_dir() / "bench/results/2026-12-05-32716b3/cpu_pipeline_sample256_loop50.json";
+}
+
 std::optional<fs::path> python_fixture_dir() {
   const char* dir = std::getenv("GPULAB_REPORT_FIXTURE_DIR");
   if (!dir || !fs::exists(fs::path(dir) / "accuracy.json")) return std::nullopt;
@@ -184,6 +189,7 @@ TEST(ReportInputs, RecognisesEachKindByItsContent) {
       {doctor::to_json(findings()).dump(2), InputKind::kDoctor},
       {kMonitorCsv, InputKind::kMonitor},
       {kMonitorJsonLines, InputKind::kMonitor},
+      {*read_file_text(pipeline_record()), InputKind::kPipeline},
   };
   for (const auto& c : cases) {
     auto in = parse_input("x", c.text);
@@ -192,8 +198,7 @@ TEST(ReportInputs, RecognisesEachKindByItsContent) {
     EXPECT_EQ(in->source, "x");
   }
   if (const auto dir = python_fixture_dir()) {
-    for (const auto& [file, kind] : {std::pair{"pipeline.json", InputKind::kPipeline},
-                                     {"accuracy.json", InputKind::kAccuracy},
+    for (const auto& [file, kind] : {std::pair{"accuracy.json", InputKind::kAccuracy},
                                      {"bench_profile.json", InputKind::kBench},
                                      {"bandwidth.json", InputKind::kBandwidth}}) {
       auto in = read_input(*dir / file);
@@ -298,13 +303,12 @@ TEST(ReportInputs, MutatedAndTruncatedDocumentsNeverCrashTheReaders) {
   json sweep = simulated_sweep_json();
   sweep["points"] = json::array({sweep["points"][0], sweep["points"].back()});  // an ok and an oom point
   docs.push_back(sweep);
-  if (const auto dir = python_fixture_dir()) {
-    for (const char* file : {"pipeline.json", "accuracy.json"}) {
-      auto text = read_file_text(*dir / file);
-      ASSERT_TRUE(text.is_ok());
-      json doc = json::parse(*text);
-      docs.push_back(doc);
-    }
+  std::vector<fs::path> files = {pipeline_record()};
+  if (const auto dir = python_fixture_dir()) files.push_back(*dir / "accuracy.json");
+  for (const fs::path& file : files) {
+    auto text = read_file_text(file);
+    ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+    docs.push_back(json::parse(*text));
   }
   int variants = 0;
   for (const json& doc : docs) {
