@@ -174,6 +174,32 @@ std::string truncated(std::string_view label, size_t max_chars) {
   return std::string(label.substr(0, max_chars - 3)) + "...";
 }
 
+// The points of a series the data file gets. A line of more than kMaxLinePoints (a long monitor
+// log) keeps, of each of kMaxLinePoints / 2 consecutive runs, its lowest and highest point, in
+// order: the drawing keeps every spike at a fraction of the SVG's size. The CSV keeps every point.
+constexpr size_t kMaxLinePoints = 4000;
+std::vector<size_t> drawn_points(const Series& s) {
+  std::vector<size_t> out;
+  const size_t n = s.x.size();
+  if (s.style != Series::Style::kLines || n <= kMaxLinePoints) {
+    for (size_t i = 0; i < n; ++i) out.push_back(i);
+    return out;
+  }
+  const size_t runs = kMaxLinePoints / 2;
+  for (size_t r = 0; r < runs; ++r) {
+    const size_t begin = r * n / runs, end = (r + 1) * n / runs;
+    if (begin >= end) continue;
+    size_t lo = begin, hi = begin;
+    for (size_t i = begin; i < end; ++i) {
+      if (s.y[i] < s.y[lo]) lo = i;
+      if (s.y[i] > s.y[hi]) hi = i;
+    }
+    out.push_back(std::min(lo, hi));
+    if (lo != hi) out.push_back(std::max(lo, hi));
+  }
+  return out;
+}
+
 // Room for the legend below the plot, so that many or long entries do not squeeze the plot: gnuplot
 // lays the entries out in as many columns of the widest entry as fit the width (about 7.5 px a
 // character at 13 px, 70 px for the sample and the gaps, 720 px usable), one line each 20 px.
@@ -217,7 +243,7 @@ std::string gnuplot_data(const Plot& plot) {
     return out;
   }
   for (const Series& s : drawn_series(plot)) {
-    for (size_t i = 0; i < s.x.size(); ++i) {
+    for (size_t i : drawn_points(s)) {
       out += fmt::format("{} {}", number(s.x[i]), number(s.y[i]));
       if (s.style == Series::Style::kLabels) out += " " + data_label(i < s.labels.size() ? s.labels[i] : "");
       out += "\n";

@@ -363,6 +363,22 @@ TEST(ReportPlot, ScriptQuotesTextAndDataKeepsOnlyDrawablePoints) {
   EXPECT_FALSE((Plot{.log_y = true, .series = {{.x = {1}, .y = {0}}}}.has_data()));
 }
 
+TEST(ReportPlot, ALongLineIsThinnedForDrawingButKeepsItsSpikesAndTheCsvKeepsAll) {
+  Plot p{.id = "long", .x_label = "time [s]", .y_label = "power [W]"};
+  Series s{.title = "GPU 0", .style = Series::Style::kLines};
+  for (int i = 0; i < 100000; ++i) {
+    s.x.push_back(i * 0.05);
+    s.y.push_back(i == 77777 ? 700 : 100 + i % 7);
+  }
+  p.series.push_back(std::move(s));
+  const std::string data = gnuplot_data(p);
+  const size_t lines = static_cast<size_t>(std::count(data.begin(), data.end(), '\n'));
+  EXPECT_LE(lines, 4002u);
+  EXPECT_NE(data.find(" 700\n"), std::string::npos) << "the spike was dropped";
+  const std::string csv = plot_csv(p);
+  EXPECT_EQ(static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n')), 100001u);
+}
+
 TEST(ReportPlot, InlineSvgHasUniqueIdsAndATitle) {
   const std::string svg =
       "<?xml version=\"1.0\"?>\n<!DOCTYPE svg>\n<svg viewBox=\"0 0 10 10\"><title>Gnuplot</title>"
