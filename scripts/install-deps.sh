@@ -4,10 +4,16 @@
 #   scripts/install-deps.sh            build + test dependencies
 #   scripts/install-deps.sh --no-python  skip what only the tests need (the PyTorch/ONNX fixture
 #                                        generators, Chromium for the report's browser check)
+#   scripts/install-deps.sh --fuzz       only what the fuzz preset adds: clang, libFuzzer and the
+#                                        sanitizer runtimes, llvm-symbolizer (CI's fuzz stage)
 set -euo pipefail
 with_python=1
 [ "${1:-}" = "--no-python" ] && with_python=0
 
+if [ "${1:-}" = "--fuzz" ]; then
+  pkgs=(clang-14 libclang-rt-14-dev llvm-14)
+  with_python=0
+else
 pkgs=(cmake ninja-build g++ pkg-config
       libonnx-dev libprotobuf-dev protobuf-compiler
       libcli11-dev nlohmann-json3-dev libfmt-dev
@@ -19,6 +25,7 @@ if [ "$with_python" = 1 ]; then
   # Debian's torch/torchvision/onnx generate the seeded fixtures and the PyTorch goldens;
   # headless Chromium loads gpulab report's page in the browser test (tests/unit/report).
   pkgs+=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-pil chromium)
+fi
 fi
 
 missing=()
@@ -36,6 +43,8 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   echo "install-deps: done"
 fi
+
+[ "${1:-}" = "--fuzz" ] && exit 0
 
 # NVIDIA's cuDNN frontend C++ headers (the CUDA backend's cuDNN graph API) come from the PyPI
 # wheel nvidia-cudnn-frontend, installed into <project>/.deps/pip (git-ignored; --target keeps it

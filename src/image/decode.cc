@@ -1,5 +1,6 @@
 #include "image/decode.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <new>
@@ -66,6 +67,21 @@ Status check_image_dimensions(int64_t width, int64_t height, std::string_view so
   return Status::ok();
 }
 
+Status check_decode_budget(int64_t width, int64_t height, size_t file_bytes, std::string_view source_name) {
+  GPULAB_TRY(check_image_dimensions(width, height, source_name));
+  const int64_t rgb_bytes = width * height * 3;  // at most 3 * kMaxImagePixels
+  const int64_t budget = std::max<int64_t>(
+      kDecodeFloorBytes,
+      static_cast<int64_t>(std::min<size_t>(file_bytes, size_t{1} << 40)) * kMaxDecodeExpansion);
+  if (rgb_bytes > budget) {
+    return Status::invalid_file(fmt::format(
+        "image '{}': its header promises {}x{} pixels ({} bytes of RGB) from a file of {} bytes, more than "
+        "{}x expansion. The file is corrupt or a decompression bomb; re-encode the image.",
+        source_name, width, height, rgb_bytes, file_bytes, kMaxDecodeExpansion));
+  }
+  return Status::ok();
+}
+
 Result<Image> decode_image_bytes(std::span<const std::byte> bytes, std::string_view source_name) {
   if (bytes.empty()) {
     return Status::invalid_file(
@@ -117,8 +133,8 @@ Result<Image> decode_image(const std::filesystem::path& path) {
 
 namespace image_detail {
 
-Result<Image> allocate_image(int width, int height, std::string_view source_name) {
-  GPULAB_TRY(check_image_dimensions(width, height, source_name));
+Result<Image> allocate_image(int width, int height, size_t file_bytes, std::string_view source_name) {
+  GPULAB_TRY(check_decode_budget(width, height, file_bytes, source_name));
   Image image;
   image.width = width;
   image.height = height;

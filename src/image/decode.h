@@ -63,6 +63,19 @@ inline constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
 // kInvalidFile when width or height is zero/negative or beyond the limits above.
 Status check_image_dimensions(int64_t width, int64_t height, std::string_view source_name);
 
+// Decoders allocate an image's pixels only when its RGB bytes are at most
+// max(kDecodeFloorBytes, kMaxDecodeExpansion x the file's size): any image up to 16 MiB of RGB
+// (5.6 megapixels) decodes whatever its compression; a larger one needs a file of at least 1/1024
+// of that (deflate's best ratio is 1032:1, photographs compress 5-20:1). So a file of a few
+// hundred bytes whose header promises a billion pixels is refused before anything is allocated,
+// decoding peaks at a bounded multiple of this budget (docs/fuzzing.md), and so does its time:
+// libjpeg decodes every declared pixel of a truncated file before it reports the truncation.
+inline constexpr int64_t kDecodeFloorBytes = int64_t{16} << 20;
+inline constexpr int64_t kMaxDecodeExpansion = 1024;
+
+// kInvalidFile when a width x height RGB image is beyond the budget for a file of `file_bytes`.
+Status check_decode_budget(int64_t width, int64_t height, size_t file_bytes, std::string_view source_name);
+
 // Reads and decodes a file. Missing file: kNotFound.
 Result<Image> decode_image(const std::filesystem::path& path);
 

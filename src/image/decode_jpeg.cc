@@ -97,7 +97,9 @@ Status decode_jpeg_into(std::span<const std::byte> bytes, std::string_view sourc
     ThreadDecompressor::discard();
     return status;
   }
-  GPULAB_TRY(check_image_dimensions(width, height, source_name));
+  // The budget on what the header promises: libjpeg's memory and time follow the full size, also
+  // when it decodes scaled.
+  GPULAB_TRY(check_decode_budget(width, height, bytes.size(), source_name));
   const tjscalingfactor scale = choose_scaling(width, height, min_shorter_side);
   const int out_w = TJSCALED(width, scale), out_h = TJSCALED(height, scale);
   GPULAB_TRY(reshape_image(out_w, out_h, source_name, out));
@@ -120,9 +122,11 @@ Status decode_jpeg_into(std::span<const std::byte> bytes, std::string_view sourc
   unsigned char* pixels = cmyk ? cmyk_pixels.data() : out->rgb.data();
   const int pixel_format = cmyk ? TJPF_CMYK : TJPF_RGB;
 
-  // Flags 0: accurate integer IDCT and fancy upsampling, libjpeg's defaults (what PIL uses).
+  // Accurate integer IDCT and fancy upsampling, libjpeg's defaults (what PIL uses). LIMITSCANS
+  // refuses a progressive JPEG of more than 500 scans: a few kB of them keep libjpeg busy for
+  // minutes (libjpeg-turbo's own fuzzers found it), and no encoder writes more than a dozen.
   // Asking for out_w x out_h makes TurboJPEG scale by `scale` in the IDCT.
-  if (tjDecompress2(handle, data, size, pixels, out_w, 0, out_h, pixel_format, 0) != 0) {
+  if (tjDecompress2(handle, data, size, pixels, out_w, 0, out_h, pixel_format, TJFLAG_LIMITSCANS) != 0) {
     const std::string what = tjGetErrorStr2(handle);
     const bool warning = tjGetErrorCode(handle) == TJERR_WARNING;
     ThreadDecompressor::discard();

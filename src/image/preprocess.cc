@@ -648,7 +648,7 @@ Status preprocess(const Image& image, const PreprocessSpec& spec, std::span<floa
   const size_t plane = static_cast<size_t>(s) * s;
   const auto [scale, bias] = normalize_coefficients(spec);
   if (spec.preset == PreprocessSpec::Preset::kTfSlim) {
-    tf_slim_resize(image, spec, [&](int y, int x, int c, float v) {
+    tf_slim_resize(image, spec, [&, &scale = scale, &bias = bias](int y, int x, int c, float v) {
       out_chw[c * plane + static_cast<size_t>(y) * s + x] = v * scale[c] + bias[c];
     });
     return Status::ok();

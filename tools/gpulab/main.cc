@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "core/file_io.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 #include "gpulab/version.h"
 
@@ -50,6 +51,7 @@ void on_run(CLI::App* sub, std::function<int()> body) {
 
 int main(int argc, char** argv) {
   using namespace gpulab;
+  install_interrupt_handlers();  // SIGINT/SIGTERM leave no partial output file (core/interrupt.h)
   CLI::App app{"gpulab: fast image-model inference on NVIDIA GPUs, and why it is as fast as it is"};
   app.set_version_flag("--version", std::string("gpulab ") + GPULAB_VERSION);
   app.require_subcommand(1);

@@ -7,9 +7,14 @@
 
 #include <dlfcn.h>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "test_support.h"
 
@@ -150,6 +155,67 @@ TEST_F(GpulabCli, MonitorJsonAndLiveViewWithFakeNvml) {
   const CliRun bad_gpu = run_gpulab("monitor --gpu 3 --count 1", kFakeNvml);
   EXPECT_EQ(bad_gpu.exit_code, 2) << bad_gpu.output;
   EXPECT_NE(bad_gpu.output.find("--gpu: index 3 out of range (1 GPUs)"), std::string::npos);
+}
+
+// `monitor --csv > file` (and --serve) interrupted by SIGINT or SIGTERM from a test: exits within a
+// second with 128 + the signal, and the file holds the header and whole rows only.
+struct Interrupted {
+  int exit_code = -1;
+  int64_t exit_ms = -1;  // from the signal to the process's end
+  std::string out;
+};
+Interrupted interrupt_monitor(const std::string& args, const char* signal_name) {
+  const fs::path dir = fs::temp_directory_path() / ("gpulab_monitor_sig_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path out = dir / "monitor.csv", result = dir / "result.txt";
+  // Job control on (set -m), so that the background job keeps SIGINT (a non-interactive shell
+  // starts `cmd &` with SIGINT ignored, and gpulab leaves an ignored signal ignored).
+  // A command that ignored the signal is killed after 5 s (exit 137), so the test cannot hang.
+  const std::string script =
+      "set -m; " + kFakeNvml + " '" + testing::gpulab_exe().string() + "' monitor " + args + " >'" +
+      out.string() + "' 2>/dev/null & pid=$!; sleep 0.7; t0=$(date +%s%N); kill -" + signal_name +
+      " $pid; for i in $(seq 500); do kill -0 $pid 2>/dev/null || break; sleep 0.01; "
+      "done; t1=$(date +%s%N); kill -9 $pid 2>/dev/null; wait $pid; rc=$?; echo $rc $(( "
+      "(t1 - t0) / 1000000 )) >'" +
+      result.string() + "'";
+  Interrupted r;
+  const fs::path script_file = dir / "interrupt.sh";
+  std::ofstream(script_file) << script << "\n";
+  if (std::system(("bash '" + script_file.string() + "'").c_str()) != 0) return r;
+  std::ifstream(result) >> r.exit_code >> r.exit_ms;
+  std::ifstream in(out);
+  r.out.assign(std::istreambuf_iterator<char>(in), {});
+  fs::remove_all(dir);
+  return r;
+}
+
+TEST_F(GpulabCli, MonitorCsvStopsOnSigintOrSigtermWithWholeRows) {
+  for (const auto& [name, code] : std::vector<std::pair<const char*, int>>{{"INT", 130}, {"TERM", 143}}) {
+    const Interrupted r = interrupt_monitor("--csv --interval-ms 20 --fields index,name,memory.used", name);
+    EXPECT_EQ(r.exit_code, code) << "SIG" << name;
+    EXPECT_GE(r.exit_ms, 0);
+    EXPECT_LT(r.exit_ms, 1000) << "SIG" << name << ": not prompt";
+    ASSERT_FALSE(r.out.empty());
+    EXPECT_EQ(r.out.back(), '\n') << "the last row is cut";
+    std::istringstream lines(r.out);
+    std::string line;
+    std::getline(lines, line);
+    EXPECT_EQ(line, "index, name, memory.used [MiB]");
+    int rows = 0;
+    while (std::getline(lines, line)) {
+      EXPECT_EQ(line, "0, NVIDIA H200, 1024") << "row " << rows;
+      ++rows;
+    }
+    EXPECT_GE(rows, 3) << "SIG" << name;
+  }
+}
+
+TEST_F(GpulabCli, MonitorServeStopsOnSigterm) {
+  const Interrupted served =
+      interrupt_monitor("--serve 127.0.0.1:" + std::to_string(20000 + ::getpid() % 20000), "TERM");
+  EXPECT_EQ(served.exit_code, 143);
+  EXPECT_GE(served.exit_ms, 0);
+  EXPECT_LT(served.exit_ms, 1000);
 }
 
 TEST_F(GpulabCli, DoctorGpuChecksWithFakeNvml) {
