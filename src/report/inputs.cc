@@ -441,7 +441,8 @@ Result<MonitorLog> monitor_from_csv(std::string_view text) {
             fmt::format("monitor CSV line {}: {} '{}' is not a number", line_no, keys[i], (*cells)[i]));
       }
       if (v) r.values[keys[i]] = *v;
-      if (v && keys[i] == "index") r.index = static_cast<int64_t>(*v);
+      // Only a value int64 holds converts (a cast of 1e300 is undefined behaviour).
+      if (v && keys[i] == "index" && std::fabs(*v) < 9.0e18) r.index = static_cast<int64_t>(*v);
     }
     log.readings.push_back(std::move(r));
   }

@@ -253,10 +253,25 @@ std::string gnuplot_data(const Plot& plot) {
   return out;
 }
 
+// A bar chart's legend sits below its plot area, which starts right of the bar labels; gnuplot
+// centres the entries on that area and lets them run past the right edge (the accuracy chart's
+// third entry did). The columns that fit right of the labels (same measures as key_height).
+size_t bar_key_columns(const Plot& plot) {
+  size_t label = 0, widest = 0;
+  for (const Bar& b : plot.bars) label = std::max(label, std::min<size_t>(b.label.size(), 40));
+  for (const std::string& g : plot.bar_groups) widest = std::max(widest, g.size());
+  const double room = 740 - (7.5 * static_cast<double>(label) + 30);
+  return std::max<size_t>(1, static_cast<size_t>(room / (7.5 * static_cast<double>(widest) + 70)));
+}
+
 std::string gnuplot_script(const Plot& plot, const fs::path& data_file, const fs::path& svg_file) {
   const bool bars = !plot.bars.empty();
-  const int height =
-      bars ? std::clamp(130 + 22 * static_cast<int>(plot.bars.size()), 260, 1400) : 400 + key_height(plot);
+  const size_t key_columns = bars ? bar_key_columns(plot) : 0;
+  const size_t key_rows =
+      bars ? (std::max<size_t>(plot.bar_groups.size(), 1) + key_columns - 1) / key_columns : 0;
+  const int height = bars ? std::clamp(130 + 22 * static_cast<int>(plot.bars.size()), 260, 1400) +
+                                20 * (static_cast<int>(key_rows) - 1)
+                          : 400 + key_height(plot);
   std::string s;
   s += fmt::format(
       "set terminal svg size 760,{} dynamic noenhanced font 'DejaVu Sans,13' background rgb '#ffffff'\n",
@@ -289,6 +304,9 @@ std::string gnuplot_script(const Plot& plot, const fs::path& data_file, const fs
     }
     s += fmt::format("set ytics ({}) scale 0\nset yrange [-0.7:{}]\nunset ylabel\n", tics, n - 0.3);
     s += "set grid noytics\nset style fill solid 0.85 border -1\n";
+    s += fmt::format("set key maxcols {}\n", key_columns);
+    // Plain numbers on a log axis ("1000000", not gnuplot's "1e+06" beside "100000").
+    if (plot.log_x && plot.x_tics.empty()) s += "set format x '%.0f'\n";
     const double base = bar_base(plot);
     if (plot.log_x || plot.bar_base) s += fmt::format("set xrange [{}:*]\n", number(base));
     std::string cmd;

@@ -70,16 +70,32 @@ code { font-family: "DejaVu Sans Mono", monospace; font-size: .92em; }
 )css";
 
 std::string default_title(std::span<const Input> inputs) {
-  std::set<std::string> models, gpus;
+  // Where each result ran: GPUs, and the backends of a pipeline or accuracy run (a pipeline on the
+  // CPU beside a GPU's sweep is not "on" that GPU).
+  std::set<std::string> models, gpus, places;
   for (const Input& in : inputs) {
     if (const std::string m = model_label(in); !m.empty()) models.insert(m);
+    if (in.kind == InputKind::kDoctor) continue;
+    places.insert(gpu_label(in));
     if (in.kind == InputKind::kSweep || in.kind == InputKind::kBench || in.kind == InputKind::kBandwidth ||
         in.kind == InputKind::kMonitor)
       gpus.insert(gpu_label(in));
   }
   std::string what = models.size() == 1 ? *models.begin() : fmt::format("{} results", inputs.size());
-  if (gpus.size() == 1) return fmt::format("gpulab report: {} on {}", what, *gpus.begin());
-  if (gpus.size() > 1) return fmt::format("gpulab report: {} on {} GPUs", what, gpus.size());
+  if (places.size() == 1) return fmt::format("gpulab report: {} on {}", what, *places.begin());
+  if (places.size() > 1 && places.size() == gpus.size())
+    return fmt::format("gpulab report: {} on {} GPUs", what, gpus.size());
+  if (places.size() > 1 && places.size() <= 3) {
+    std::string where;
+    size_t i = 0;
+    for (const std::string& p : places) {
+      where += (i == 0 ? "" : i + 1 == places.size() ? " and " : ", ") + p;
+      ++i;
+    }
+    return fmt::format("gpulab report: {} on {}", what, where);
+  }
+  if (places.size() > 3)
+    return fmt::format("gpulab report: {} from {} GPUs and backends", what, places.size());
   return fmt::format("gpulab report: {}", what);
 }
 

@@ -107,19 +107,21 @@ Plot batch_plot(const SweepResult& s, const std::string& id, std::string what, c
 
 // The out-of-memory wall: one vertical line per distinct first-OOM batch, naming the precisions.
 std::vector<ReferenceLine> oom_lines(const SweepResult& s) {
-  std::map<int64_t, std::vector<std::string>> walls;
+  std::map<int64_t, std::vector<const sweep::PrecisionRecommendation*>> walls;
   for (const auto& r : s.recommendations) {
-    if (r.first_oom_batch) walls[*r.first_oom_batch].push_back(curve_name(r.precision, r.power_limit_w));
+    if (r.first_oom_batch) walls[*r.first_oom_batch].push_back(&r);
   }
   std::vector<ReferenceLine> out;
-  for (const auto& [batch, names] : walls) {
+  for (const auto& [batch, recs] : walls) {
     std::string who;
-    for (const auto& n : names) who += (who.empty() ? "" : ", ") + n;
-    out.push_back({.axis = ReferenceLine::Axis::kVertical,
-                   .value = static_cast<double>(batch),
-                   .title = fmt::format("out of memory at {} ({})", batch, who),
-                   .color = names.size() == 1 ? precision_color(names.front().substr(0, 4)) : kBlack,
-                   .dash_type = 2});
+    for (const auto* r : recs) who += (who.empty() ? "" : ", ") + curve_name(r->precision, r->power_limit_w);
+    // One precision's wall in its color; a wall several precisions share in black.
+    out.push_back(
+        {.axis = ReferenceLine::Axis::kVertical,
+         .value = static_cast<double>(batch),
+         .title = fmt::format("out of memory at {} ({})", batch, who),
+         .color = recs.size() == 1 ? precision_color(precision_name(recs.front()->precision)) : kBlack,
+         .dash_type = 2});
   }
   return out;
 }
@@ -444,7 +446,10 @@ Section sweep_section(const Input& input, const SweepResult& s, const std::strin
   // At a glance: the highest recommended throughput, and what limits it.
   const sweep::PrecisionRecommendation* top = nullptr;
   for (const auto& r : s.recommendations) {
-    if (r.best_throughput_ips && (!top || *r.best_throughput_ips > *top->best_throughput_ips)) top = &r;
+    // Both fields: a file may hold one without the other (sweep_from_json asks for both only when
+    // nothing was excluded).
+    if (r.best_throughput_ips && r.best_batch && (!top || *r.best_throughput_ips > *top->best_throughput_ips))
+      top = &r;
   }
   if (top) {
     std::string why;
@@ -455,11 +460,10 @@ Section sweep_section(const Input& input, const SweepResult& s, const std::strin
                           sweep::verdict_name(p.verdicts[0].kind));
     }
     sec.glance.push_back(
-        fmt::format("<a href=\"#{}\">Sweep</a> of {}: run <b>{} at batch {}</b>: {} images/s, p99 {} ms "
-                    "(knee: batch {}){}.",
+        fmt::format("<a href=\"#{}\">Sweep</a> of {}: run <b>{} at batch {}</b>: {} images/s, p99 {} ms{}{}.",
                     id, html::escape(where), html::escape(curve_name(top->precision, top->power_limit_w)),
                     *top->best_batch, html::number(top->best_throughput_ips), html::ms(top->best_p99_ms),
-                    top->knee_batch.value_or(0), why));
+                    top->knee_batch ? fmt::format(" (knee: batch {})", *top->knee_batch) : "", why));
   } else {
     sec.glance.push_back(fmt::format("<a href=\"#{}\">Sweep</a> of {}: no batch recommended (see why).", id,
                                      html::escape(where)));

@@ -1,8 +1,10 @@
 // The sections about the machine: the environment each result recorded, doctor's findings, and
 // monitor's time series. Also the helpers every section builder shares.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -196,7 +198,8 @@ std::optional<EnvRow> env_row(const Input& in) {
       };
       auto i = [&](const char* key) -> std::optional<int> {
         const auto d = v(key);
-        return d ? std::optional(static_cast<int>(*d)) : std::nullopt;
+        // A link generation or width; a value beyond int (a corrupt log) is not one.
+        return d && std::fabs(*d) < 1e9 ? std::optional(static_cast<int>(*d)) : std::nullopt;
       };
       r.power_limit = watts(v("power.limit"), v("power.default_limit"));
       r.sm_clock = mhz(v("clocks.sm"), v("clocks.max.sm"));
@@ -272,19 +275,35 @@ Section environment_section(std::span<const Input> inputs) {
     sec.glance.push_back(
         fmt::format("Results from <b>{} different GPUs</b>: every plot title says which.", gpus.size()));
   }
-  html::Table t{
-      .header = {"file", "kind", "GPU / backend", "driver", "CUDA driver", "CUDA runtime", "cuDNN", "cuBLAS",
-                 "power limit", "SM clock", "memory clock", "PCIe link", "gpulab", "commit", "measured at"},
-      .css_class = "data env"};
+  // One column per result, one row per property: results are few and properties many, so the
+  // table keeps to the page's width (fifteen columns did not fit a 1280-pixel window).
+  std::vector<EnvRow> rows;
   for (const Input& in : inputs) {
-    const auto row = env_row(in);
-    if (!row) continue;
-    t.rows.push_back({"<code>" + cell(row->source) + "</code>", cell(row->kind), cell(row->gpu),
-                      cell(row->driver), cell(row->cuda_driver), cell(row->cuda_runtime), cell(row->cudnn),
-                      cell(row->cublas), cell(row->power_limit), cell(row->sm_clock), cell(row->memory_clock),
-                      cell(row->pcie), cell(row->gpulab), cell(row->commit), cell(row->when)});
+    if (auto row = env_row(in)) rows.push_back(std::move(*row));
   }
-  if (!t.rows.empty()) {
+  if (!rows.empty()) {
+    html::Table t{.header = {""}, .css_class = "data env"};
+    for (const EnvRow& r : rows) t.header.push_back("<code>" + cell(r.source) + "</code>");
+    const std::pair<const char*, std::string EnvRow::*> properties[] = {
+        {"kind", &EnvRow::kind},
+        {"GPU / backend", &EnvRow::gpu},
+        {"driver", &EnvRow::driver},
+        {"CUDA driver", &EnvRow::cuda_driver},
+        {"CUDA runtime", &EnvRow::cuda_runtime},
+        {"cuDNN", &EnvRow::cudnn},
+        {"cuBLAS", &EnvRow::cublas},
+        {"power limit", &EnvRow::power_limit},
+        {"SM clock", &EnvRow::sm_clock},
+        {"memory clock", &EnvRow::memory_clock},
+        {"PCIe link", &EnvRow::pcie},
+        {"gpulab", &EnvRow::gpulab},
+        {"commit", &EnvRow::commit},
+        {"measured at", &EnvRow::when}};
+    for (const auto& [name, field] : properties) {
+      std::vector<std::string> line = {fmt::format("<b>{}</b>", name)};
+      for (const EnvRow& r : rows) line.push_back(cell(r.*field));
+      t.rows.push_back(std::move(line));
+    }
     sec.blocks.push_back(
         html_block("<p>What each result recorded about where it ran (— : not recorded).</p>\n"
                    "<div class=\"scroll\">" +
@@ -411,13 +430,18 @@ Section monitor_section(const Input& input, const MonitorLog& log, const std::st
         plot.series.push_back(std::move(s));
       }
       if (!spec.limit_key.empty()) {
+        // The limit in the y axis's unit: "memory used [MiB]" -> "MiB".
+        const std::string_view y_label = spec.y_label;
+        const size_t open = y_label.rfind('['), close = y_label.rfind(']');
+        const std::string_view unit =
+            open != std::string_view::npos && close > open ? y_label.substr(open + 1, close - open - 1) : "";
         for (const MonitorReading& r : log.readings) {
           const auto it = r.values.find(spec.limit_key);
           if (r.index.value_or(0) != device || it == r.values.end()) continue;
           plot.lines.push_back(
               {.axis = ReferenceLine::Axis::kHorizontal,
                .value = it->second,
-               .title = fmt::format("GPU {} {} ({:.0f})", device, spec.limit_title, it->second),
+               .title = fmt::format("GPU {} {} ({:.0f} {})", device, spec.limit_title, it->second, unit),
                .color = color,
                .dash_type = 4});
           break;

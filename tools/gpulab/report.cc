@@ -4,6 +4,7 @@
 // or is cut short; 6 the page cannot be written.
 #ifdef GPULAB_HAVE_REPORT
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -97,9 +98,12 @@ int run_report(const ReportFlags& f) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("%-40s %s\n", "file", "read as");
+  size_t width = 4;  // "file"
+  for (const auto& in : inputs) width = std::max(width, in.source.size());
+  std::printf("%-*s  %s\n", static_cast<int>(width), "file", "read as");
   for (const auto& in : inputs) {
-    std::printf("%-40s %s\n", in.source.c_str(), std::string(rpt::input_kind_name(in.kind)).c_str());
+    std::printf("%-*s  %s\n", static_cast<int>(width), in.source.c_str(),
+                std::string(rpt::input_kind_name(in.kind)).c_str());
   }
   std::printf(
       "\nwrote %s: %d plots (%d drawn by gnuplot)%s\n", f.output.c_str(), out.plots, out.plots_drawn,

@@ -310,7 +310,7 @@ TEST(ReportInputs, MutatedAndTruncatedDocumentsNeverCrashTheReaders) {
     ASSERT_TRUE(text.is_ok()) << text.status().to_string();
     docs.push_back(json::parse(*text));
   }
-  int variants = 0;
+  int variants = 0, accepted = 0;
   for (const json& doc : docs) {
     for_each_mutation(doc, [&](const json& variant) {
       ++variants;
@@ -318,6 +318,12 @@ TEST(ReportInputs, MutatedAndTruncatedDocumentsNeverCrashTheReaders) {
         auto in = parse_input("m.json", variant.dump());
         if (!in.is_ok()) {
           EXPECT_EQ(in.status().code(), StatusCode::kInvalidFile) << in.status().to_string();
+        } else {
+          // What a reader accepts, the page shows (the sections meet the odd values too).
+          ++accepted;
+          const Input inputs[] = {std::move(*in)};
+          auto page = build_report(inputs, {.gnuplot_missing = "not in this test"});
+          EXPECT_TRUE(page.is_ok()) << page.status().to_string();
         }
       });
     });
@@ -328,6 +334,29 @@ TEST(ReportInputs, MutatedAndTruncatedDocumentsNeverCrashTheReaders) {
     }
   }
   EXPECT_GT(variants, 1000);
+  EXPECT_GT(accepted, 100);  // optional fields nulled, strings changed: pages were built
+}
+
+// Values a corrupt file may hold where the page converts or dereferences: a number beyond int64
+// as a monitor's GPU index or link generation, a recommendation with a best throughput but no
+// best batch (sweep_from_json asks for both only when nothing was excluded).
+TEST(ReportInputs, ValuesBeyondRangeOrMissingBesideOthersStillGiveAPage) {
+  auto huge = parse_input("m.csv",
+                          "timestamp, index, power.draw [W], pcie.link.gen.current, pcie.link.width.current\n"
+                          "2026/12/05 08:00:00.000, 1e300, 100, 1e300, -1e300\n");
+  ASSERT_TRUE(huge.is_ok()) << huge.status().to_string();
+  EXPECT_FALSE(std::get<MonitorLog>(huge->data).readings[0].index.has_value());
+  json sweep = simulated_sweep_json();
+  ASSERT_FALSE(sweep["recommendations"].empty());
+  sweep["recommendations"][0]["excluded"] = "a reason";
+  sweep["recommendations"][0]["best_batch"] = nullptr;
+  sweep["recommendations"][0]["knee_batch"] = nullptr;
+  auto odd = parse_input("s.json", sweep.dump());
+  ASSERT_TRUE(odd.is_ok()) << odd.status().to_string();
+  const Input inputs[] = {std::move(*huge), std::move(*odd)};
+  auto page = build_report(inputs, {.gnuplot_missing = "not in this test"});
+  ASSERT_TRUE(page.is_ok()) << page.status().to_string();
+  EXPECT_NE(page->html.find("id=\"monitor-1\""), std::string::npos);
 }
 
 // ---- Plots ------------------------------------------------------------------------------------------
@@ -361,6 +390,21 @@ TEST(ReportPlot, ScriptQuotesTextAndDataKeepsOnlyDrawablePoints) {
             "out of memory at batch 8,8,10\nout of memory at batch 8,8,40\n");
   EXPECT_TRUE(p.has_data());
   EXPECT_FALSE((Plot{.log_y = true, .series = {{.x = {1}, .y = {0}}}}.has_data()));
+}
+
+// A bar chart's legend starts right of its labels: as many columns as fit there (the accuracy
+// chart's third entry ran past the right edge when gnuplot chose), and plain log-axis numbers.
+TEST(ReportPlot, BarLegendKeepsRightOfTheLabelsAndInsideThePlot) {
+  Plot p{.id = "bars", .title = "Agreement", .x_label = "agreement with FP32 [%]", .log_x = true};
+  p.bar_groups = {"meets the gate", "below the gate", "the gate"};
+  p.bars = {{.label = "int8 + FP16 fallback (3 layers)", .value = 99.2, .group = 0},
+            {.label = "int8", .value = 97.3, .group = 1},
+            {.label = "gate", .value = 99, .group = 2}};
+  const std::string script = gnuplot_script(p, "/tmp/d.dat", "/tmp/o.svg");
+  EXPECT_NE(script.find("set key maxcols 2\n"), std::string::npos) << script;
+  EXPECT_NE(script.find("set format x '%.0f'\n"), std::string::npos) << script;
+  p.bars[0].label = "int4";  // the labels are 4 characters long: room for all three
+  EXPECT_NE(gnuplot_script(p, "/tmp/d.dat", "/tmp/o.svg").find("set key maxcols 3\n"), std::string::npos);
 }
 
 TEST(ReportPlot, ALongLineIsThinnedForDrawingButKeepsItsSpikesAndTheCsvKeepsAll) {
