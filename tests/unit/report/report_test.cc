@@ -473,9 +473,14 @@ std::vector<Input> all_inputs() {
       {"bandwidth.json", measure::to_json(bandwidth_report()).dump()},
       {"doctor.json", doctor::to_json(findings()).dump()},
       {"monitor.csv", kMonitorCsv}};
-  if (const auto dir = python_fixture_dir()) {
-    for (const char* file : {"pipeline.json", "accuracy.json"})
-      texts.emplace_back(file, *read_file_text(*dir / file));
+  // The pipeline's real CPU record; the accuracy fixture (make_report_fixtures.py writes no pipeline
+  // file: a stale one from an older script hid that this read a file a clean build does not have).
+  std::vector<fs::path> files = {pipeline_record()};
+  if (const auto dir = python_fixture_dir()) files.push_back(*dir / "accuracy.json");
+  for (const fs::path& file : files) {
+    auto text = read_file_text(file);
+    EXPECT_TRUE(text.is_ok()) << text.status().to_string();
+    if (text.is_ok()) texts.emplace_back(file.filename().string(), *text);
   }
   std::vector<Input> out;
   for (const auto& [name, text] : texts) {
