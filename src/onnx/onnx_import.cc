@@ -14,6 +14,8 @@
 
 #include "core/file_io.h"
 #include "core/half.h"
+#include "onnx/attr_reader.h"
+#include "onnx/convert_tensor_ops.h"
 
 namespace gpulab {
 namespace {
@@ -202,73 +204,6 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& t, const ImportContext& c
 
 // --- attributes --------------------------------------------------------------------------------
 
-// Typed access to a node's attributes; remembers which were read so that any other is refused.
-class AttrReader {
- public:
-  AttrReader(const onnx::NodeProto& node, std::string where) : node_(node), where_(std::move(where)) {}
-
-  const onnx::AttributeProto* find(const std::string& name) {
-    for (const auto& a : node_.attribute()) {
-      if (a.name() == name) {
-        read_.insert(name);
-        return &a;
-      }
-    }
-    return nullptr;
-  }
-  bool has(const std::string& name) {
-    for (const auto& a : node_.attribute())
-      if (a.name() == name) return true;
-    return false;
-  }
-
-  Result<int64_t> get_int(const std::string& name, int64_t fallback) {
-    const auto* a = find(name);
-    if (!a) return fallback;
-    if (a->type() != onnx::AttributeProto::INT) return type_error(name, "an int");
-    return a->i();
-  }
-  Result<float> get_float(const std::string& name, float fallback) {
-    const auto* a = find(name);
-    if (!a) return fallback;
-    if (a->type() != onnx::AttributeProto::FLOAT) return type_error(name, "a float");
-    return a->f();
-  }
-  Result<std::string> get_string(const std::string& name, std::string fallback) {
-    const auto* a = find(name);
-    if (!a) return fallback;
-    if (a->type() != onnx::AttributeProto::STRING) return type_error(name, "a string");
-    return a->s();
-  }
-  // nullopt when absent.
-  Result<std::optional<std::vector<int64_t>>> get_ints(const std::string& name) {
-    const auto* a = find(name);
-    if (!a) return std::optional<std::vector<int64_t>>();
-    if (a->type() != onnx::AttributeProto::INTS) return type_error(name, "a list of ints");
-    return std::optional<std::vector<int64_t>>(std::vector<int64_t>(a->ints().begin(), a->ints().end()));
-  }
-
-  // Every attribute must have been read: an unknown one changes semantics we do not implement.
-  Status check_all_read() const {
-    for (const auto& a : node_.attribute()) {
-      if (!read_.count(a.name())) {
-        return Status::unsupported(where_ + ": attribute '" + a.name() +
-                                   "' is not supported. Re-export the model without it.");
-      }
-    }
-    return Status::ok();
-  }
-
- private:
-  Status type_error(const std::string& name, const char* want) const {
-    return Status::invalid_model(where_ + ": attribute '" + name + "' should be " + want + ".");
-  }
-
-  const onnx::NodeProto& node_;
-  std::string where_;
-  std::set<std::string> read_;
-};
-
 enum class AutoPad { kNotSet, kValid, kSameUpper, kSameLower };
 
 struct Window {
@@ -358,11 +293,13 @@ class Importer {
   Status refuse_used_output(const onnx::NodeProto& n, int i, const std::string& where, const char* what);
   Status resolve_same_pads();
   Status check_old_softmax() const;
-  // Pad and ReduceMean have no node of their own (below).
-  Status convert_pad(const onnx::NodeProto& n, const std::string& where, AttrReader& attrs);
-  Status convert_reduce_mean(const onnx::NodeProto& n, const std::string& name, const std::string& where,
-                             AttrReader& attrs);
-  Status check_reduce_means() const;
+  // A zero Pad of H and W read only by Conv and AveragePool has no node of its own (below); any
+  // other Pad is a Pad node.
+  Status convert_pad(const onnx::NodeProto& n, const std::string& name, const std::string& where,
+                     AttrReader& attrs);
+  // A ReduceMean over H and W of a 4-D tensor becomes a GlobalAveragePool (and a Flatten without
+  // keepdims), once shape inference knows the rank.
+  Status spatial_means_to_pools();
 
   ImportContext ctx_;
   Graph graph_;
@@ -380,7 +317,7 @@ class Importer {
     std::string where;
   };
   std::map<std::string, FoldedPad> folded_pads_;
-  std::vector<std::pair<size_t, std::string>> reduce_means_;  // GlobalAveragePool node, ReduceMean's where
+  std::map<std::string, std::vector<std::pair<std::string, int>>> readers_;  // value -> (op_type, input)
 };
 
 Status Importer::read_opset(const onnx::ModelProto& model) {
@@ -502,14 +439,17 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
                                supported_ops_list() + ".");
   }
   if (n.output_size() < 1 || n.output(0).empty()) return Status::invalid_model(where + ": has no output.");
-  if (n.op_type() == "Pad" || n.op_type() == "ReduceMean") {
+  if (n.op_type() == "Pad" || n.op_type() == "Einsum") {
     if (n.input_size() < 1 || n.input(0).empty())
       return Status::invalid_model(where + ": input 0 is missing.");
     AttrReader attrs(n, where);
-    return n.op_type() == "Pad" ? convert_pad(n, where, attrs) : convert_reduce_mean(n, name, where, attrs);
+    if (n.op_type() == "Pad") return convert_pad(n, name, where, attrs);
+    GPULAB_ASSIGN_OR_RETURN(std::vector<Node> nodes, convert_einsum(n, name, where, attrs));
+    for (Node& node : nodes) graph_.nodes.push_back(std::move(node));
+    return Status::ok();
   }
   const std::optional<OpType> op = op_from_name(n.op_type());
-  if (!op) {
+  if (!op || *op == OpType::kAttention) {
     return Status::unsupported(where + ": op '" + n.op_type() +
                                "' is not supported. Supported ops: " + supported_ops_list() + ".");
   }
@@ -530,6 +470,15 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
   node.outputs = {n.output(0)};
   if (n.input_size() < 1 || n.input(0).empty()) return Status::invalid_model(where + ": input 0 is missing.");
   std::optional<AutoPad> auto_pad;
+  if (is_tensor_op(*op)) {
+    if (*op == OpType::kLayerNormalization) {
+      GPULAB_TRY(refuse_used_output(n, 1, where, "Mean"));
+      GPULAB_TRY(refuse_used_output(n, 2, where, "InvStdDev"));
+    }
+    GPULAB_TRY(read_tensor_op(
+        n, where, ctx_.opset, attrs,
+        [&](int i, const char* what) { return constant_input(n, i, where, what); }, node));
+  }
 
   switch (*op) {
     case OpType::kConv: {
@@ -639,7 +588,14 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
       (void)seed;
       if (n.input_size() > 2 && !n.input(2).empty()) {
         GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant_input(n, 2, where, "training_mode"));
-        if (t->numel() != 1 || t->data()[0] != std::byte{0}) {
+        // Training mode drops nothing with a ratio of 0 (Swin calls F.dropout(x, p=0.0), whose
+        // training argument defaults to true).
+        bool no_drop = false;
+        if (n.input_size() > 1 && !n.input(1).empty()) {
+          const Tensor* r = graph_.initializer(n.input(1));
+          no_drop = r && r->dtype() == DataType::kFloat32 && r->numel() == 1 && r->f32()[0] == 0.0f;
+        }
+        if (t->numel() != 1 || (t->data()[0] != std::byte{0} && !no_drop)) {
           return Status::unsupported(where + ": training_mode is true. Export the model in eval mode.");
         }
       }
@@ -799,92 +755,85 @@ Status Importer::check_old_softmax() const {
   return Status::ok();
 }
 
-// Pad (mode "constant", value 0) of the two spatial dimensions of a 4-D tensor: no
-// node; the Conv or AveragePool that reads it takes the padding (convert_node).
-Status Importer::convert_pad(const onnx::NodeProto& n, const std::string& where, AttrReader& attrs) {
+// Pad (mode "constant", value 0) of the two spatial dimensions of a 4-D tensor, read only by
+// Conv and AveragePool (PyTorch 1.13 exports AvgPool2d's padding that way): no node; the Conv or
+// AveragePool that reads it takes the padding (convert_node). Any other constant Pad (computed pads,
+// other values or dimensions, other readers) is a Pad node.
+Status Importer::convert_pad(const onnx::NodeProto& n, const std::string& name, const std::string& where,
+                             AttrReader& attrs) {
   GPULAB_ASSIGN_OR_RETURN(std::string mode, attrs.get_string("mode", "constant"));
   if (mode != "constant")
-    return Status::unsupported(where + ": mode '" + mode +
-                               "' is not supported (only constant zero padding).");
+    return Status::unsupported(where + ": mode '" + mode + "' is not supported (only constant padding).");
   // Opset 11 and later (what gpulab reads): pads, constant_value and axes are inputs.
   if (n.input_size() < 2 || n.input(1).empty()) return Status::invalid_model(where + ": needs input pads.");
-  GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant_input(n, 1, where, "pads"));
-  if (t->dtype() != DataType::kInt64) return Status::invalid_model(where + ": pads must be int64.");
-  const std::vector<int64_t> pads(t->i64().begin(), t->i64().end());
-  float value = 0.0f;
-  if (n.input_size() > 2 && !n.input(2).empty()) {
-    GPULAB_ASSIGN_OR_RETURN(const Tensor* v, constant_input(n, 2, where, "constant_value"));
-    if (v->dtype() != DataType::kFloat32 || v->numel() != 1)
-      return Status::unsupported(where + ": constant_value must be one float.");
-    value = v->f32()[0];
-  }
   if (n.input_size() > 3 && !n.input(3).empty())
     return Status::unsupported(where + ": the axes input (opset 18) is not supported.");
   GPULAB_TRY(attrs.check_all_read());
-  if (value != 0.0f)
-    return Status::unsupported(where + ": padding with " + std::to_string(value) +
-                               " is not supported (only zeros).");
-  // [n_begin, c_begin, h_begin, w_begin, n_end, c_end, h_end, w_end]
-  if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5] ||
-      std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p < 0 || p > (1 << 20); }))
-    return Status::unsupported(where +
-                               ": only non-negative padding of the height and width of a 4-D "
-                               "tensor is supported.");
-  if (std::find(graph_.outputs.begin(), graph_.outputs.end(), n.output(0)) != graph_.outputs.end())
-    return Status::unsupported(where + ": a Pad that gives the model's output is not supported.");
-  FoldedPad pad{n.input(0), Pads{pads[2], pads[3], pads[6], pads[7]}, where};
-  // Pad of a Pad: one padding of both.
-  if (const auto inner = folded_pads_.find(n.input(0)); inner != folded_pads_.end()) {
-    pad.input = inner->second.input;
-    pad.pads = add_pads(pad.pads, inner->second.pads);
-  }
-  folded_pads_[n.output(0)] = pad;
-  return Status::ok();
-}
-
-// ReduceMean over the two spatial axes of a 4-D tensor (x.mean([2, 3]) in PyTorch): a
-// GlobalAveragePool, then a Flatten when keepdims is 0. The rank is checked after shape inference.
-Status Importer::convert_reduce_mean(const onnx::NodeProto& n, const std::string& name,
-                                     const std::string& where, AttrReader& attrs) {
-  GPULAB_ASSIGN_OR_RETURN(int64_t keepdims, attrs.get_int("keepdims", 1));
-  std::optional<std::vector<int64_t>> axes;
-  if (ctx_.opset < 18) {
-    GPULAB_ASSIGN_OR_RETURN(axes, attrs.get_ints("axes"));
-  } else {
-    GPULAB_ASSIGN_OR_RETURN(int64_t noop, attrs.get_int("noop_with_empty_axes", 0));
-    (void)noop;  // only matters without axes, which is refused below
-    if (n.input_size() > 1 && !n.input(1).empty()) {
-      GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant_input(n, 1, where, "axes"));
-      if (t->dtype() != DataType::kInt64) return Status::invalid_model(where + ": axes must be int64.");
-      axes = std::vector<int64_t>(t->i64().begin(), t->i64().end());
+  const auto foldable = [&]() -> std::optional<FoldedPad> {
+    const Tensor* t = graph_.initializer(n.input(1));
+    if (!t || t->dtype() != DataType::kInt64) return std::nullopt;
+    const std::vector<int64_t> pads(t->i64().begin(), t->i64().end());
+    if (n.input_size() > 2 && !n.input(2).empty()) {
+      const Tensor* v = graph_.initializer(n.input(2));
+      if (!v || v->dtype() != DataType::kFloat32 || v->numel() != 1 || v->f32()[0] != 0.0f)
+        return std::nullopt;
     }
+    // [n_begin, c_begin, h_begin, w_begin, n_end, c_end, h_end, w_end]
+    if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5] ||
+        std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p < 0 || p > (1 << 20); }))
+      return std::nullopt;
+    if (std::find(graph_.outputs.begin(), graph_.outputs.end(), n.output(0)) != graph_.outputs.end())
+      return std::nullopt;
+    const auto readers = readers_.find(n.output(0));
+    if (readers == readers_.end()) return std::nullopt;
+    for (const auto& [op_type, input] : readers->second)
+      if (input != 0 || (op_type != "Conv" && op_type != "AveragePool" && op_type != "Pad"))
+        return std::nullopt;
+    return FoldedPad{n.input(0), Pads{pads[2], pads[3], pads[6], pads[7]}, where};
+  };
+  if (auto pad = foldable()) {
+    // Pad of a Pad: one padding of both.
+    if (const auto inner = folded_pads_.find(n.input(0)); inner != folded_pads_.end()) {
+      pad->input = inner->second.input;
+      pad->pads = add_pads(pad->pads, inner->second.pads);
+    }
+    folded_pads_[n.output(0)] = *pad;
+    return Status::ok();
   }
-  GPULAB_TRY(attrs.check_all_read());
-  std::vector<int64_t> spatial = axes ? *axes : std::vector<int64_t>{};
-  for (int64_t& a : spatial) a = a < 0 ? a + 4 : a;
-  std::sort(spatial.begin(), spatial.end());
-  if (spatial != std::vector<int64_t>{2, 3})
-    return Status::unsupported(where +
-                               ": only a ReduceMean over the spatial axes [2, 3] of an NCHW tensor is "
-                               "supported (a global average pool).");
-  const std::string pooled = keepdims ? n.output(0) : n.output(0) + "/global_average";
-  reduce_means_.push_back({graph_.nodes.size(), where});
-  graph_.nodes.push_back(Node{name, OpType::kGlobalAveragePool, {n.input(0)}, {pooled}, {}});
-  if (!keepdims)
-    graph_.nodes.push_back(
-        Node{name + "/flatten", OpType::kFlatten, {pooled}, {n.output(0)}, FlattenAttrs{1}});
+  Node node{name, OpType::kPad, {n.input().begin(), n.input().end()}, {n.output(0)}, {}};
+  GPULAB_TRY(read_tensor_op(
+      n, where, ctx_.opset, attrs, [&](int i, const char* what) { return constant_input(n, i, where, what); },
+      node));
+  graph_.nodes.push_back(std::move(node));
   return Status::ok();
 }
 
-Status Importer::check_reduce_means() const {
-  for (const auto& [index, where] : reduce_means_) {
-    const ValueInfo* in = graph_.value(graph_.nodes[index].inputs[0]);
-    if (!in || in->shape.rank() != 4)
-      return Status::unsupported(where + ": a ReduceMean over axes [2, 3] of " +
-                                 (in ? in->shape.to_string() : std::string("?")) +
-                                 "; only 4-D NCHW tensors are supported.");
+Status Importer::spatial_means_to_pools() {
+  std::vector<Node> nodes;
+  bool changed = false;
+  for (Node& node : graph_.nodes) {
+    const ValueInfo* in = node.op == OpType::kReduceMean ? graph_.value(node.inputs[0]) : nullptr;
+    if (!in || in->shape.rank() != 4) {
+      nodes.push_back(std::move(node));
+      continue;
+    }
+    const ReduceAttrs a = node.attr<ReduceAttrs>();
+    std::vector<int64_t> axes = a.axes;
+    for (int64_t& axis : axes) axis = axis < 0 ? axis + 4 : axis;
+    std::sort(axes.begin(), axes.end());
+    if (axes != std::vector<int64_t>{2, 3}) {
+      nodes.push_back(std::move(node));
+      continue;
+    }
+    changed = true;
+    const std::string out = node.outputs[0];
+    const std::string pooled = a.keepdims ? out : out + "/global_average";
+    nodes.push_back(Node{node.name, OpType::kGlobalAveragePool, {node.inputs[0]}, {pooled}, {}});
+    if (!a.keepdims)
+      nodes.push_back(Node{node.name + "/flatten", OpType::kFlatten, {pooled}, {out}, FlattenAttrs{1}});
   }
-  return Status::ok();
+  graph_.nodes = std::move(nodes);
+  return changed ? graph_.infer_shapes() : Status::ok();
 }
 
 Result<Graph> Importer::run(const onnx::ModelProto& model) {
@@ -909,14 +858,17 @@ Result<Graph> Importer::run(const onnx::ModelProto& model) {
     used_values_.insert(out.name());
   }
   for (const auto& n : g.node())
-    for (const auto& in : n.input()) used_values_.insert(in);
+    for (int i = 0; i < n.input_size(); ++i) {
+      used_values_.insert(n.input(i));
+      readers_[n.input(i)].emplace_back(n.op_type(), i);
+    }
   for (int i = 0; i < g.node_size(); ++i) GPULAB_TRY(convert_node(g.node(i), static_cast<size_t>(i)));
 
   GPULAB_TRY(graph_.validate());
   GPULAB_TRY(resolve_same_pads());
   GPULAB_TRY(graph_.infer_shapes());
   GPULAB_TRY(check_old_softmax());
-  GPULAB_TRY(check_reduce_means());
+  GPULAB_TRY(spatial_means_to_pools());
   return std::move(graph_);
 }
 
