@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/math.h"
+#include "plan/interpret_views.h"
 #include "plan/lower.h"
 
 namespace gpulab {
@@ -40,6 +41,17 @@ class Interpreter {
         case StepKind::kCast: elementwise_step(s); break;
         case StepKind::kStem: GPULAB_TRY(stem_step(s, input)); break;
         case StepKind::kConcat: concat_step(s); break;
+        case StepKind::kCopy:
+        case StepKind::kLinear:
+        case StepKind::kMatMul:
+        case StepKind::kAttention:
+        case StepKind::kLayerNorm:
+        case StepKind::kEltwise: {
+          ViewStepContext ctx{plan_, batch_, v_,
+                              [this](const PlanStep& step, int w) { return weight(step, w, 0); }};
+          GPULAB_TRY(interpret_view_step(s, ctx));
+          break;
+        }
         case StepKind::kOutput: {
           const PlanValue& x = plan_.values[s.inputs[0]];
           logits.resize(static_cast<size_t>(batch_ * plan_.num_classes));
@@ -81,10 +93,12 @@ class Interpreter {
           fmt::format("interpret: weight '{}' of step '{}' is {}; only float32, float16 "
                       "and bfloat16 weights are interpreted.",
                       w.name, s.name, dtype_name(w.dtype)));
-    // As lower_graph stores them: BF16 layers keep their biases in float32.
+    // As lower_graph stores them: BF16 layers keep their biases in float32, layer norms their scale
+    // and bias in every precision.
     const bool bf16_conv_bias =
         s.kind == StepKind::kConv && index == s.bias && options_.storage_dtype == DataType::kBFloat16;
-    if (w.dtype == DataType::kFloat32 && options_.storage_dtype && !bf16_conv_bias &&
+    const bool float32_kept = bf16_conv_bias || s.kind == StepKind::kLayerNorm;
+    if (w.dtype == DataType::kFloat32 && options_.storage_dtype && !float32_kept &&
         !options_.float32_weights.contains(s.name))
       for (float& x : out) x = round_to_dtype(x, *options_.storage_dtype);
     return out;
@@ -269,12 +283,7 @@ class Interpreter {
   }
 
   static float pointwise(float v, const PlanStep& s) {
-    switch (s.pointwise) {
-      case PointwiseFn::kSigmoid: return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
-      case PointwiseFn::kHardSigmoid: return std::clamp(s.alpha * v + s.beta, 0.0f, 1.0f);
-      case PointwiseFn::kHardSwish: return v * std::clamp(v / 6.0f + 0.5f, 0.0f, 1.0f);
-    }
-    return v;
+    return static_cast<float>(apply_pointwise(s.pointwise, v, s.alpha, s.beta));
   }
 
   // Softmax over each row of [batch, classes].
