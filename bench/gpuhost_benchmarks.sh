@@ -150,13 +150,15 @@ if has compare; then
   done
 fi
 if has grid; then
-  # bench/grid.py: one compare_pytorch.py run per cell, resumable from the cell files in
-  # GRID_RESULTS (default bench/results/grid, committed: it travels with the working tree; unpack
-  # $OUT/grid-results.tgz into it after the call and commit the cell files), spread over
-  # every GPU of the machine. GRID_MODELS picks the models ("r18 mnv2" by default); GRID_ARGS
-  # holds grid.py run's other arguments, e.g.
+  # bench/grid.py: one compare_pytorch.py run per cell, spread over every GPU of the machine,
+  # resumable from the cell files in GRID_RESULTS. By default that is the record folder of today
+  # and the commit measured, bench/results/<YYYY-MM-DD>-<short commit> (bench/README.md,
+  # "Records"): it travels with the working tree, so a later call on the same commit goes on from
+  # it; unpack $OUT/grid-results.tgz into it after the call and commit the cell files.
+  # GRID_MODELS picks the models ("r18 mnv2" by default); GRID_ARGS holds grid.py run's other
+  # arguments, e.g.
   #   GRID_ARGS="--precision fp16 --batch 1024 --modes eager,graph,compile,gpulab --min-start-s 180 -- --iters 30"
-  results=${GRID_RESULTS:-bench/results/grid}
+  results=${GRID_RESULTS:-bench/results/$(date -u +%F)-$(git rev-parse --short=7 HEAD 2>/dev/null || echo nocommit)}
   grid_models=()
   for name in ${GRID_MODELS:-r18 mnv2}; do
     path=$(model_path "$name") && grid_models+=(--model "$name=$path")

@@ -8,7 +8,7 @@ and autotuning, and a call that runs out of time loses the cell it was in. This 
     process (so every row stays a same-run comparison), with a timeout per cell that ends the
     process and everything it started (gpulab's plan build included);
   - keeps one result file per cell in --results and skips cells whose file already has every
-    asked-for column, so a later call (or session, with the folder carried along) goes on where
+    asked-for column, so a later call (or day, with the folder carried along) goes on where
     the last one stopped; a cell that timed out is tried again when it would get more time than
     it had (FP32 torch.compile cells autotune for over 500 s: retrying them with less wastes the call);
   - spreads the cells over the GPUs given by --gpus, one process per GPU at a time
@@ -19,7 +19,7 @@ and autotuning, and a call that runs out of time loses the cell it was in. This 
   python3 bench/grid.py run --model r18=build/gpuhost/fixtures/resnet18.onnx \\
       --model mnv2=models/mobilenet_v2_1.0_224.onnx --precision fp16,bf16 --batch 1,256 \\
       --modes eager,graph,compile,gpulab --gpulab build/gpuhost/gpulab --results grid-results \\
-      --label stop16 --budget-s 500 --gpus 0,1 -- --iters 30 --warmup 5
+      --label "$(git rev-parse --short HEAD)" --budget-s 500 --gpus 0,1 -- --iters 30 --warmup 5
   python3 bench/grid.py table --results grid-results
 
 Arguments after `--` go to every compare_pytorch.py run. Cell files are JSON
@@ -331,7 +331,7 @@ def parse_args(argv: List[str]):
     r.add_argument("--gpulab", help="the gpulab binary (compare_pytorch.py looks on PATH without it)")
     r.add_argument("--gpus", default="", help="GPU ordinals to spread cells over, e.g. 0,1,2,3; "
                    "default: one process at a time on the default GPU")
-    r.add_argument("--label", default="", help="kept with each cell (which session or commit)")
+    r.add_argument("--label", default="", help="kept with each cell (e.g. the commit measured)")
     r.add_argument("--budget-s", type=float, default=1e9, help="start no cell after this many seconds")
     r.add_argument("--min-start-s", type=float, default=60,
                    help="start a cell only if at least this many seconds of the budget are left")

@@ -20,8 +20,18 @@ Result<std::vector<std::byte>> read_file_bytes(const std::filesystem::path& path
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
   in.seekg(0, std::ios::beg);
-  std::vector<std::byte> bytes(static_cast<size_t>(std::max<std::streamoff>(size, 0)));
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size))
+  if (size <= 0) {
+    // Files that report no size (/proc/self/cmdline) but have content: read to the end.
+    std::vector<std::byte> bytes;
+    char buf[4096];
+    while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+      const auto* p = reinterpret_cast<const std::byte*>(buf);
+      bytes.insert(bytes.end(), p, p + in.gcount());
+    }
+    return bytes;
+  }
+  std::vector<std::byte> bytes(static_cast<size_t>(size));
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), size))
     return Status::io_error("'" + path.string() + "': read failed after " + std::to_string(in.gcount()) +
                             " of " + std::to_string(size) + " bytes.");
   return bytes;

@@ -51,22 +51,14 @@ Finding check_nvml(const std::string& module_detail, Result<std::shared_ptr<tele
   return f;
 }
 
-std::vector<Finding> check_gpu(const telemetry::Telemetry& t, std::uint32_t index, int pcie_load_ms) {
-  std::vector<Finding> out;
-  auto info_r = t.device_info(index);
-  if (!info_r.is_ok()) {
-    out.push_back({gpu_check(index, "info"), Severity::kFail, info_r.status().message(),
-                   "Check `nvidia-smi` and `sudo dmesg | grep -i xid`"});
-    return out;
-  }
-  const telemetry::DeviceInfo& info = info_r.value();
-  const telemetry::DeviceFacts& facts = info.facts;
-
+Finding check_architecture(std::uint32_t index, const telemetry::DeviceFacts& facts) {
   Finding arch{.check = gpu_check(index, "architecture"), .status = Severity::kPass};
   arch.detail = telemetry::describe(facts);
   if (!facts.from_table) arch.detail += " (not in gpulab's datasheet table: peak rates unknown)";
-  out.push_back(arch);
+  return arch;
+}
 
+Finding check_persistence_mode(std::uint32_t index, const telemetry::DeviceInfo& info) {
   Finding pm{.check = gpu_check(index, "persistence mode")};
   if (!info.persistence_mode) {
     pm.status = Severity::kSkip;
@@ -81,21 +73,30 @@ std::vector<Finding> check_gpu(const telemetry::Telemetry& t, std::uint32_t inde
         "seconds of initialisation and clocks/ECC state reset";
     pm.fix = "Enable it: `sudo systemctl enable --now nvidia-persistenced` (or `sudo nvidia-smi -pm 1`)";
   }
-  out.push_back(pm);
+  return pm;
+}
 
-  // PCIe link under load: an idle link drops to a lower generation to save power.
-  Finding link{.check = gpu_check(index, "PCIe link")};
+// The link's generation and width, the highest seen (an idle link drops to a lower generation to
+// save power); `load_note` says whether they were seen under load.
+struct LinkObservation {
   std::optional<std::uint32_t> gen, width;
+  std::string load_note;
+};
+
+// Samples the link, and again under a host-to-device transfer of `pcie_load_ms` when it is not at
+// its maximum idle.
+LinkObservation observe_pcie_link(const telemetry::Telemetry& t, std::uint32_t index,
+                                  const telemetry::DeviceInfo& info, int pcie_load_ms) {
+  LinkObservation seen;
   auto observe = [&] {
     auto s = t.sample(index, {.processes = false});
     if (!s.is_ok()) return;
-    if (s->pcie_gen) gen = std::max(gen.value_or(0), *s->pcie_gen);
-    if (s->pcie_width) width = std::max(width.value_or(0), *s->pcie_width);
+    if (s->pcie_gen) seen.gen = std::max(seen.gen.value_or(0), *s->pcie_gen);
+    if (s->pcie_width) seen.width = std::max(seen.width.value_or(0), *s->pcie_width);
   };
   observe();
-  std::string load_note;
-  const bool at_max_idle = gen && width && info.pcie_gen_max && info.pcie_width_max &&
-                           *gen >= *info.pcie_gen_max && *width >= *info.pcie_width_max;
+  const bool at_max_idle = seen.gen && seen.width && info.pcie_gen_max && info.pcie_width_max &&
+                           *seen.gen >= *info.pcie_gen_max && *seen.width >= *info.pcie_width_max;
   if (!at_max_idle && pcie_load_ms > 0) {
     Status load = Status::ok();
     auto driver = telemetry::cuda::Driver::load();
@@ -106,9 +107,20 @@ std::vector<Finding> check_gpu(const telemetry::Telemetry& t, std::uint32_t inde
     } else {
       load = measure::run_transfer_load(dev.value(), pcie_load_ms, observe);
     }
-    load_note = load.is_ok() ? fmt::format(" (under a {} ms host-to-device transfer)", pcie_load_ms)
-                             : fmt::format(" (idle: could not load the link: {})", load.message());
+    seen.load_note = load.is_ok() ? fmt::format(" (under a {} ms host-to-device transfer)", pcie_load_ms)
+                                  : fmt::format(" (idle: could not load the link: {})", load.message());
   }
+  return seen;
+}
+
+// PCIe link under load against the link's maximum.
+Finding check_pcie_link(const telemetry::Telemetry& t, std::uint32_t index, const telemetry::DeviceInfo& info,
+                        int pcie_load_ms) {
+  Finding link{.check = gpu_check(index, "PCIe link")};
+  const LinkObservation seen = observe_pcie_link(t, index, info, pcie_load_ms);
+  const auto& gen = seen.gen;
+  const auto& width = seen.width;
+  const std::string& load_note = seen.load_note;
   if (!gen || !width || !info.pcie_gen_max || !info.pcie_width_max) {
     link.status = Severity::kSkip;
     link.detail = "PCIe link generation/width not reported (not a PCIe device, or NVML lacks it)";
@@ -133,16 +145,10 @@ std::vector<Finding> check_gpu(const telemetry::Telemetry& t, std::uint32_t inde
           "and the BIOS PCIe settings (link speed Auto/GenN, bifurcation); reseat the card";
     }
   }
-  out.push_back(link);
+  return link;
+}
 
-  auto sample_r = t.sample(index, {.processes = true});
-  if (!sample_r.is_ok()) {
-    out.push_back({gpu_check(index, "state"), Severity::kFail, sample_r.status().message(),
-                   "Check `nvidia-smi` and `sudo dmesg | grep -i xid`"});
-    return out;
-  }
-  const telemetry::GpuSample& s = sample_r.value();
-
+Finding check_clock_events(std::uint32_t index, const telemetry::GpuSample& s) {
   Finding thr{.check = gpu_check(index, "clock-event reasons")};
   if (!s.clock_event_reasons) {
     thr.status = Severity::kSkip;
@@ -165,8 +171,10 @@ std::vector<Finding> check_gpu(const telemetry::Telemetry& t, std::uint32_t inde
       thr.status = Severity::kPass;
     }
   }
-  out.push_back(thr);
+  return thr;
+}
 
+Finding check_ecc(std::uint32_t index, const telemetry::GpuSample& s) {
   Finding ecc{.check = gpu_check(index, "ECC")};
   if (!s.ecc_enabled) {
     ecc.status = Severity::kSkip;
@@ -195,8 +203,10 @@ std::vector<Finding> check_gpu(const telemetry::Telemetry& t, std::uint32_t inde
       ecc.status = Severity::kPass;
     }
   }
-  out.push_back(ecc);
+  return ecc;
+}
 
+Finding check_free_memory(std::uint32_t index, const telemetry::GpuSample& s) {
   Finding mem{.check = gpu_check(index, "free memory")};
   if (!s.memory_total_bytes || !s.memory_used_bytes) {
     mem.status = Severity::kSkip;
@@ -222,7 +232,31 @@ std::vector<Finding> check_gpu(const telemetry::Telemetry& t, std::uint32_t inde
       mem.status = Severity::kPass;
     }
   }
-  out.push_back(mem);
+  return mem;
+}
+
+std::vector<Finding> check_gpu(const telemetry::Telemetry& t, std::uint32_t index, int pcie_load_ms) {
+  std::vector<Finding> out;
+  auto info_r = t.device_info(index);
+  if (!info_r.is_ok()) {
+    out.push_back({gpu_check(index, "info"), Severity::kFail, info_r.status().message(),
+                   "Check `nvidia-smi` and `sudo dmesg | grep -i xid`"});
+    return out;
+  }
+  const telemetry::DeviceInfo& info = info_r.value();
+  out.push_back(check_architecture(index, info.facts));
+  out.push_back(check_persistence_mode(index, info));
+  out.push_back(check_pcie_link(t, index, info, pcie_load_ms));
+  auto sample_r = t.sample(index, {.processes = true});
+  if (!sample_r.is_ok()) {
+    out.push_back({gpu_check(index, "state"), Severity::kFail, sample_r.status().message(),
+                   "Check `nvidia-smi` and `sudo dmesg | grep -i xid`"});
+    return out;
+  }
+  const telemetry::GpuSample& s = sample_r.value();
+  out.push_back(check_clock_events(index, s));
+  out.push_back(check_ecc(index, s));
+  out.push_back(check_free_memory(index, s));
   return out;
 }
 

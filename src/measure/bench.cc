@@ -5,6 +5,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <iterator>
 #include <utility>
@@ -288,14 +289,48 @@ std::vector<LayerProfileRow> make_profile(std::span<const LayerTiming> layers,
 
 // ---- JSON --------------------------------------------------------------------------------------
 
-namespace {
-
 nlohmann::json summary_json(const Summary& s) {
   nlohmann::json pct = nlohmann::json::object();
   for (const Percentile& p : s.percentiles) pct[percentile_name(p.percentile)] = p.value;
   return {{"count", s.count},   {"min", s.min},       {"max", s.max}, {"mean", s.mean},
           {"median", s.median}, {"stddev", s.stddev}, {"cov", s.cov}, {"percentiles", pct}};
 }
+
+Result<Summary> summary_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return Status::invalid_file("a summary is not a JSON object");
+  Summary s;
+  for (const auto& [key, field] : {std::pair{"min", &s.min},
+                                   {"max", &s.max},
+                                   {"mean", &s.mean},
+                                   {"median", &s.median},
+                                   {"stddev", &s.stddev},
+                                   {"cov", &s.cov}}) {
+    if (!j.contains(key) || !j[key].is_number()) {
+      return Status::invalid_file(fmt::format("a summary lacks the number '{}'", key));
+    }
+    *field = j[key].get<double>();
+  }
+  if (!j.contains("count") || !j["count"].is_number_integer()) {
+    return Status::invalid_file("a summary lacks the integer 'count'");
+  }
+  s.count = j["count"].get<int64_t>();
+  if (j.contains("percentiles") && j["percentiles"].is_object()) {
+    for (const auto& [name, value] : j["percentiles"].items()) {
+      if (name.size() < 2 || name[0] != 'p' || !value.is_number()) {
+        return Status::invalid_file(fmt::format("a summary has a bad percentile '{}'", name));
+      }
+      char* end = nullptr;
+      const double p = std::strtod(name.c_str() + 1, &end);
+      if (end != name.c_str() + name.size() || !(p > 0 && p <= 100)) {
+        return Status::invalid_file(fmt::format("a summary has a bad percentile '{}'", name));
+      }
+      s.percentiles.push_back({.percentile = p, .value = value.get<double>()});
+    }
+  }
+  return s;
+}
+
+namespace {
 
 template <typename T>
 nlohmann::json opt(const std::optional<T>& v) {

@@ -224,6 +224,10 @@ void add_environment_warnings(BenchResult& result);
 // export_times_csv). Unknown values are null.
 inline constexpr int kBenchSchemaVersion = 1;
 nlohmann::json to_json(const BenchResult& result);
+// One metric's statistics as the JSON writes them ({"count", "min", ..., "percentiles": {"p99": ..}}),
+// and back (kInvalidFile naming what is missing; percentiles in the document's order).
+nlohmann::json summary_json(const Summary& summary);
+Result<Summary> summary_from_json(const nlohmann::json& doc);
 
 // The printed report: header (model, options, GPU, versions, clocks), throughput, the table of
 // latency / GPU compute / H2D / D2H / enqueue (min, mean, median, percentiles, max, CoV),

@@ -5,7 +5,7 @@
 // backend checks a lowering without a GPU, and so that the numerical error of a reduced-precision
 // plan can be reproduced and located on the CPU.
 //
-// Emulation model (what the CUDA runtime stores, see src/runtime/engine.cc):
+// Emulation model (what the CUDA runtime stores, see src/runtime/step_launch.cc):
 //   - a weight is read in its PlanWeight::dtype (bfloat16 weights are exactly the GPU's);
 //   - a step computes in float64 from its stored inputs (the GPU accumulates in float32; the
 //     difference is far below float16/bfloat16 rounding), applies its whole fused epilogue (bias,

@@ -170,119 +170,188 @@ int64_t Plan::weights_bytes() const {
   return total;
 }
 
-Status Plan::validate() const {
-  auto bad = [](std::string what) {
-    return Status::invalid_file("plan: " + what +
-                                ". The file is corrupt or was not written by gpulab; rebuild it.");
-  };
-  if (max_batch < 1) return bad(fmt::format("max batch {} is not positive", max_batch));
-  if (input_channels < 1 || input_h < 1 || input_w < 1 || num_classes < 1)
-    return bad(fmt::format("input [{},{},{}] or classes {} not positive", input_channels, input_h, input_w,
-                           num_classes));
+namespace {
+
+// Every validation failure reads the same way: the plan file is damaged or foreign.
+Status corrupt(const std::string& what) {
+  return Status::invalid_file("plan: " + what +
+                              ". The file is corrupt or was not written by gpulab; rebuild it.");
+}
+
+bool value_ok(const Plan& plan, int v) {
+  return v >= 0 && static_cast<size_t>(v) < plan.values.size();
+}
+bool weight_ok(const Plan& plan, int w) {
+  return w >= -1 && w < static_cast<int>(plan.weights.size());
+}
+
+// Batch, image and class counts, and the input ... output frame of the steps.
+Status check_header(const Plan& plan) {
+  if (plan.max_batch < 1) return corrupt(fmt::format("max batch {} is not positive", plan.max_batch));
+  if (plan.input_channels < 1 || plan.input_h < 1 || plan.input_w < 1 || plan.num_classes < 1)
+    return corrupt(fmt::format("input [{},{},{}] or classes {} not positive", plan.input_channels,
+                               plan.input_h, plan.input_w, plan.num_classes));
+  const auto& steps = plan.steps;
   if (steps.size() < 2 || (steps.front().kind != StepKind::kInput && steps.front().kind != StepKind::kStem) ||
       steps.back().kind != StepKind::kOutput)
-    return bad("the steps do not start with an input conversion and end with an output conversion");
-  for (size_t i = 0; i < values.size(); ++i) {
-    const auto& v = values[i];
+    return corrupt("the steps do not start with an input conversion and end with an output conversion");
+  return Status::ok();
+}
+
+// Positive shapes, small enough that the runtime's index arithmetic cannot overflow.
+Status check_values(const Plan& plan) {
+  for (size_t i = 0; i < plan.values.size(); ++i) {
+    const auto& v = plan.values[i];
     if (v.h < 1 || v.w < 1 || v.c < 1 || v.c_valid < 1 || v.c_valid > v.c || v.h > (1 << 20) ||
         v.w > (1 << 20) || v.c > (1 << 24))
-      return bad(fmt::format("value {} '{}' has a bad shape [{},{},{} ({} valid)]", i, v.name, v.h, v.w, v.c,
-                             v.c_valid));
-  }
-  auto value_ok = [&](int v) { return v >= 0 && static_cast<size_t>(v) < values.size(); };
-  auto weight_ok = [&](int w) { return w >= -1 && w < static_cast<int>(weights.size()); };
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const auto& s = steps[i];
-    for (int in : s.inputs)
-      if (!value_ok(in))
-        return bad(fmt::format("step {} '{}' reads value {} of {}", i, s.name, in, values.size()));
-    if (s.kind != StepKind::kOutput && !value_ok(s.output))
-      return bad(fmt::format("step {} '{}' writes value {} of {}", i, s.name, s.output, values.size()));
-    if (!weight_ok(s.weight) || !weight_ok(s.bias))
-      return bad(fmt::format("step {} '{}' uses weight {} / bias {} of {}", i, s.name, s.weight, s.bias,
-                             weights.size()));
-    size_t want_inputs = 1;
-    switch (s.kind) {
-      case StepKind::kInput:
-      case StepKind::kStem: want_inputs = 0; break;
-      case StepKind::kConv: want_inputs = s.conv.has_residual ? 2 : 1; break;
-      case StepKind::kAdd:
-      case StepKind::kMul: want_inputs = 2; break;
-      default: break;
-    }
-    if (is_view_step(s.kind)) {
-      GPULAB_TRY(validate_view_step(*this, i));
-    } else if (s.kind == StepKind::kConcat) {
-      // Each input's valid channels are copied into a slice of y's: they must add up to y's.
-      int64_t channels = 0;
-      for (int in : s.inputs) {
-        const PlanValue &x = values[in], &y = values[s.output];
-        channels += x.c_valid;
-        if (x.h != y.h || x.w != y.w || x.dtype != y.dtype)
-          return bad(fmt::format("step {} '{}' (concat) reads value '{}' of another size or type", i, s.name,
-                                 x.name));
-      }
-      if (s.inputs.empty() || channels != values[s.output].c)
-        return bad(fmt::format("step {} '{}' (concat) joins {} channels into {}", i, s.name, channels,
-                               values[s.output].c));
-    } else if (s.inputs.size() != want_inputs) {
-      return bad(fmt::format("step {} '{}' ({}) has {} inputs, expected {}", i, s.name,
-                             step_kind_name(s.kind), s.inputs.size(), want_inputs));
-    }
-    // Elementwise steps index their inputs by the output's shape: a, and x of the unary ones, have
-    // it; b has it or is one value per image and channel (broadcasts_channels, as the runtime and
-    // the interpreter decide it).
-    const bool binary = s.kind == StepKind::kAdd || s.kind == StepKind::kMul;
-    if (binary || s.kind == StepKind::kActivation || s.kind == StepKind::kPointwise) {
-      const PlanValue& y = values[s.output];
-      const auto same = [&y](const PlanValue& v) {
-        return v.h == y.h && v.w == y.w && v.c == y.c && v.dtype == y.dtype;
-      };
-      const PlanValue& b = values[s.inputs[binary ? 1 : 0]];
-      if (!same(values[s.inputs[0]]) ||
-          !(same(b) || (broadcasts_channels(*this, s) && b.c == y.c && b.dtype == y.dtype)))
-        return bad(fmt::format("step {} '{}' ({}) reads values whose shapes or types do not fit its output",
-                               i, s.name, step_kind_name(s.kind)));
-    }
-    if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm || s.kind == StepKind::kStem) && s.weight < 0)
-      return bad(fmt::format("step {} '{}' has no weight", i, s.name));
-    if (s.kind == StepKind::kGemm) {  // cuBLASLt reads [out, h * w * c] weights
-      const PlanValue &x = values[s.inputs[0]], &y = values[s.output];
-      if (weights[s.weight].shape != Shape{y.c, x.h * x.w * x.c})
-        return bad(fmt::format("step {} '{}' has weight {} for {} features in and {} out", i, s.name,
-                               weights[s.weight].shape.to_string(), x.h * x.w * x.c, y.c));
-    }
-    if ((s.kind == StepKind::kInput || s.kind == StepKind::kStem) && i != 0)
-      return bad(fmt::format("step {} '{}' ({}) is not the first step", i, s.name, step_kind_name(s.kind)));
-    if (s.kind == StepKind::kStem &&
-        (s.fused_values.size() != 2 || !value_ok(s.fused_values[0]) || !value_ok(s.fused_values[1])))
-      return bad(fmt::format(
-          "the stem step '{}' does not name its space-to-depth image and convolution output", s.name));
-    if (s.kind == StepKind::kInput || s.kind == StepKind::kStem) {
-      const SpaceToDepth& sd = s.space_to_depth;
-      const PlanValue& y = values[s.kind == StepKind::kStem ? s.fused_values[0] : s.output];
-      if (sd.block < 1 || sd.block > 16 || sd.pad_top < 0 || sd.pad_left < 0 || sd.pad_top >= 64 ||
-          sd.pad_left >= 64)
-        return bad(fmt::format("the input step's space-to-depth (block {}, pads {},{}) is out of range",
-                               sd.block, sd.pad_top, sd.pad_left));
-      const bool plain = sd.block == 1 && sd.pad_top == 0 && sd.pad_left == 0;
-      if (y.c_valid != sd.block * sd.block * input_channels || (plain && (y.h != input_h || y.w != input_w)))
-        return bad(fmt::format(
-            "the input value [{},{},{} ({} valid)] does not hold a {}x{}x{} image (space-to-depth "
-            "block {})",
-            y.h, y.w, y.c, y.c_valid, input_channels, input_h, input_w, sd.block));
-    }
-  }
-  for (size_t i = 0; i < weights.size(); ++i) {
-    const auto& w = weights[i];
-    for (int64_t d : w.shape.dims)
-      if (d < 0) return bad(fmt::format("weight '{}' has shape {}", w.name, w.shape.to_string()));
-    const int64_t want = w.shape.numel() * static_cast<int64_t>(dtype_size(w.dtype));
-    if (want != static_cast<int64_t>(w.bytes.size()))
-      return bad(fmt::format("weight '{}' {} {} holds {} bytes, expected {}", w.name, dtype_name(w.dtype),
-                             w.shape.to_string(), w.bytes.size(), want));
+      return corrupt(fmt::format("value {} '{}' has a bad shape [{},{},{} ({} valid)]", i, v.name, v.h, v.w,
+                                 v.c, v.c_valid));
   }
   return Status::ok();
+}
+
+// Every value and weight index the step holds points into the plan.
+Status check_step_indices(const Plan& plan, size_t i) {
+  const PlanStep& s = plan.steps[i];
+  for (int in : s.inputs)
+    if (!value_ok(plan, in))
+      return corrupt(fmt::format("step {} '{}' reads value {} of {}", i, s.name, in, plan.values.size()));
+  if (s.kind != StepKind::kOutput && !value_ok(plan, s.output))
+    return corrupt(
+        fmt::format("step {} '{}' writes value {} of {}", i, s.name, s.output, plan.values.size()));
+  if (!weight_ok(plan, s.weight) || !weight_ok(plan, s.bias))
+    return corrupt(fmt::format("step {} '{}' uses weight {} / bias {} of {}", i, s.name, s.weight, s.bias,
+                               plan.weights.size()));
+  return Status::ok();
+}
+
+// The number of inputs each kind reads (concat reads any number: check_concat).
+Status check_input_count(const Plan& plan, size_t i) {
+  const PlanStep& s = plan.steps[i];
+  size_t want_inputs = 1;
+  switch (s.kind) {
+    case StepKind::kInput:
+    case StepKind::kStem: want_inputs = 0; break;
+    case StepKind::kConv: want_inputs = s.conv.has_residual ? 2 : 1; break;
+    case StepKind::kAdd:
+    case StepKind::kMul: want_inputs = 2; break;
+    default: break;
+  }
+  if (s.inputs.size() != want_inputs)
+    return corrupt(fmt::format("step {} '{}' ({}) has {} inputs, expected {}", i, s.name,
+                               step_kind_name(s.kind), s.inputs.size(), want_inputs));
+  return Status::ok();
+}
+
+// Each input's valid channels are copied into a slice of y's: they must add up to y's.
+Status check_concat(const Plan& plan, size_t i) {
+  const PlanStep& s = plan.steps[i];
+  const PlanValue& y = plan.values[s.output];
+  int64_t channels = 0;
+  for (int in : s.inputs) {
+    const PlanValue& x = plan.values[in];
+    channels += x.c_valid;
+    if (x.h != y.h || x.w != y.w || x.dtype != y.dtype)
+      return corrupt(
+          fmt::format("step {} '{}' (concat) reads value '{}' of another size or type", i, s.name, x.name));
+  }
+  if (s.inputs.empty() || channels != y.c)
+    return corrupt(fmt::format("step {} '{}' (concat) joins {} channels into {}", i, s.name, channels, y.c));
+  return Status::ok();
+}
+
+// Elementwise steps index their inputs by the output's shape: a, and x of the unary ones, have
+// it; b has it or is one value per image and channel (broadcasts_channels, as the runtime and
+// the interpreter decide it).
+Status check_elementwise(const Plan& plan, size_t i) {
+  const PlanStep& s = plan.steps[i];
+  const bool binary = s.kind == StepKind::kAdd || s.kind == StepKind::kMul;
+  const PlanValue& y = plan.values[s.output];
+  const auto same = [&y](const PlanValue& v) {
+    return v.h == y.h && v.w == y.w && v.c == y.c && v.dtype == y.dtype;
+  };
+  const PlanValue& b = plan.values[s.inputs[binary ? 1 : 0]];
+  if (!same(plan.values[s.inputs[0]]) ||
+      !(same(b) || (broadcasts_channels(plan, s) && b.c == y.c && b.dtype == y.dtype)))
+    return corrupt(fmt::format("step {} '{}' ({}) reads values whose shapes or types do not fit its output",
+                               i, s.name, step_kind_name(s.kind)));
+  return Status::ok();
+}
+
+// Conv, gemm and stem steps need a weight; cuBLASLt reads a gemm's as [out, h * w * c].
+Status check_weighted(const Plan& plan, size_t i) {
+  const PlanStep& s = plan.steps[i];
+  if (s.weight < 0) return corrupt(fmt::format("step {} '{}' has no weight", i, s.name));
+  if (s.kind == StepKind::kGemm) {
+    const PlanValue &x = plan.values[s.inputs[0]], &y = plan.values[s.output];
+    if (plan.weights[s.weight].shape != Shape{y.c, x.h * x.w * x.c})
+      return corrupt(fmt::format("step {} '{}' has weight {} for {} features in and {} out", i, s.name,
+                                 plan.weights[s.weight].shape.to_string(), x.h * x.w * x.c, y.c));
+  }
+  return Status::ok();
+}
+
+// The input (or stem) step comes first and writes the image, space-to-depth rearranged when its
+// block is above 1, into a value of the right size.
+Status check_image_step(const Plan& plan, size_t i) {
+  const PlanStep& s = plan.steps[i];
+  if (i != 0)
+    return corrupt(fmt::format("step {} '{}' ({}) is not the first step", i, s.name, step_kind_name(s.kind)));
+  if (s.kind == StepKind::kStem && (s.fused_values.size() != 2 || !value_ok(plan, s.fused_values[0]) ||
+                                    !value_ok(plan, s.fused_values[1])))
+    return corrupt(fmt::format(
+        "the stem step '{}' does not name its space-to-depth image and convolution output", s.name));
+  const SpaceToDepth& sd = s.space_to_depth;
+  const PlanValue& y = plan.values[s.kind == StepKind::kStem ? s.fused_values[0] : s.output];
+  if (sd.block < 1 || sd.block > 16 || sd.pad_top < 0 || sd.pad_left < 0 || sd.pad_top >= 64 ||
+      sd.pad_left >= 64)
+    return corrupt(fmt::format("the input step's space-to-depth (block {}, pads {},{}) is out of range",
+                               sd.block, sd.pad_top, sd.pad_left));
+  const bool plain = sd.block == 1 && sd.pad_top == 0 && sd.pad_left == 0;
+  if (y.c_valid != sd.block * sd.block * plan.input_channels ||
+      (plain && (y.h != plan.input_h || y.w != plan.input_w)))
+    return corrupt(
+        fmt::format("the input value [{},{},{} ({} valid)] does not hold a {}x{}x{} image (space-to-depth "
+                    "block {})",
+                    y.h, y.w, y.c, y.c_valid, plan.input_channels, plan.input_h, plan.input_w, sd.block));
+  return Status::ok();
+}
+
+// The checks of one step, in this order (the first failure is the one reported).
+Status check_step(const Plan& plan, size_t i) {
+  const StepKind kind = plan.steps[i].kind;
+  GPULAB_TRY(check_step_indices(plan, i));
+  if (is_view_step(kind)) return validate_view_step(plan, i);  // plan_views.cc
+  GPULAB_TRY(kind == StepKind::kConcat ? check_concat(plan, i) : check_input_count(plan, i));
+  if (kind == StepKind::kAdd || kind == StepKind::kMul || kind == StepKind::kActivation ||
+      kind == StepKind::kPointwise)
+    GPULAB_TRY(check_elementwise(plan, i));
+  if (kind == StepKind::kConv || kind == StepKind::kGemm || kind == StepKind::kStem)
+    GPULAB_TRY(check_weighted(plan, i));
+  if (kind == StepKind::kInput || kind == StepKind::kStem) GPULAB_TRY(check_image_step(plan, i));
+  return Status::ok();
+}
+
+// Non-negative shapes whose element count matches the stored bytes.
+Status check_weights(const Plan& plan) {
+  for (const auto& w : plan.weights) {
+    for (int64_t d : w.shape.dims)
+      if (d < 0) return corrupt(fmt::format("weight '{}' has shape {}", w.name, w.shape.to_string()));
+    const int64_t want = w.shape.numel() * static_cast<int64_t>(dtype_size(w.dtype));
+    if (want != static_cast<int64_t>(w.bytes.size()))
+      return corrupt(fmt::format("weight '{}' {} {} holds {} bytes, expected {}", w.name, dtype_name(w.dtype),
+                                 w.shape.to_string(), w.bytes.size(), want));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status Plan::validate() const {
+  GPULAB_TRY(check_header(*this));
+  GPULAB_TRY(check_values(*this));
+  for (size_t i = 0; i < steps.size(); ++i) GPULAB_TRY(check_step(*this, i));
+  return check_weights(*this);
 }
 
 uint64_t fnv1a64(std::span<const std::byte> bytes) {

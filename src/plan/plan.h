@@ -17,17 +17,16 @@
 //  32 + H + B  u64       FNV-1a 64 checksum of every byte before it
 // Anything else (short file, bad magic, other version, wrong checksum, inconsistent header) is
 // refused with kInvalidFile and a message naming what is wrong; no input makes the reader crash.
-// Version 2 (stop 17): a kConv step may read x stored in another float type than its output (a
+// Version 2 added: a kConv step may read x stored in another float type than its output (a
 // cast folded into a depthwise layer, fold_input_casts). A gpulab that reads only version 1 refuses
 // a version-2 file rather than misreading it.
-// Version 3 (stop 19): a kOutput step may end in a softmax (PlanStep::softmax), which a gpulab
-// reading versions 1-2 would leave out; kMul and kPointwise steps, and a kAdd or kMul whose second
-// input is one value per image and channel, and kConcat steps are new too (their kind names are
-// unknown there).
-// Version 4 (issue 26, the transformer classifiers): kCopy, kLinear, kMatMul, kAttention,
-// kLayerNorm and kEltwise steps, which read and write their values through TensorViews
-// (PlanStep::views), and the pointwise functions gelu, gelu_tanh, tanh, erf, sqrt, exp, neg and
-// identity.
+// Version 3 added: a kOutput step may end in a softmax (PlanStep::softmax), which a gpulab
+// reading versions 1-2 would leave out; kMul and kPointwise steps, a kAdd or kMul whose second
+// input is one value per image and channel, and kConcat steps (their kind names are unknown
+// there).
+// Version 4 added (the transformer classifiers): kCopy, kLinear, kMatMul, kAttention, kLayerNorm
+// and kEltwise steps, which read and write their values through TensorViews (PlanStep::views), and
+// the pointwise functions gelu, gelu_tanh, tanh, erf, sqrt, exp, neg and identity.
 // gpulab reads versions 1 to 4: an older file has none of what the later versions added.
 #pragma once
 

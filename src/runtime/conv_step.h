@@ -32,10 +32,12 @@ inline constexpr std::string_view kCutlassTacticPrefix = "cutlass:";
 inline constexpr std::string_view kFusedStemTactic = "fused-stem";
 
 // A cuDNN tactic timed at a smaller batch and run over the batch in chunks of that size:
-// "chunk<images>:<cuDNN tactic>", e.g. "chunk256:cudnn:70;...". cuDNN's engines do not all scale
-// with the batch: at batch 1024 in FP32, ResNet-18's layer1 got engines that took 3x longer per
-// image than batch 256's winners (docs/performance.md). A chunked step launches the tactic once
-// per full chunk and cuDNN's heuristic choice once for the remainder.
+// "chunk<images>:<cuDNN tactic>", e.g. "chunk256:cudnn:70;...". For when cuDNN's engines do not
+// scale with the batch: under a 1 GiB workspace limit, ResNet-18's layer1 at batch 1024 in FP32 got
+// engines that took 3x longer per image than batch 256's winners. (With the limit raised, chunks
+// won no layer there; tactic timing tries them where nothing ran over the whole batch,
+// tactic_timing.h.) A chunked step launches the tactic once per full chunk and cuDNN's heuristic
+// choice once for the remainder.
 inline constexpr std::string_view kChunkTacticPrefix = "chunk";
 struct ChunkedTactic {
   int64_t chunk = 0;       // images per launch, >= 1
@@ -64,7 +66,7 @@ ConvKernel conv_kernel_of_tactic(std::string_view tactic);
 
 // OK unless `tactic` names one of gpulab's own kernels that this build does not have: a CUTLASS
 // tile or wgmma variant outside cuda::cutlass_conv_tactics() / cuda::wgmma_conv_tactics(), as in
-// a plan or timing cache from another gpulab version (stop 14 removed five wgmma variants).
+// a plan or timing cache from another gpulab version (fab23d3 removed five wgmma variants).
 // Then unsupported, naming the tactic; also for a "chunk" string parse_chunked_tactic refuses.
 // cuDNN tactics are checked when their plan is built.
 Status check_conv_tactic(std::string_view tactic);

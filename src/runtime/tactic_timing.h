@@ -46,7 +46,7 @@ constexpr int timed_runs(double warm_up_ms) {
 
 // The workspace a cuDNN candidate may ask for: the limit the user set (BuildOptions::
 // max_workspace_bytes), else a quarter of the device memory free when timing starts, at least
-// kMinAutoWorkspaceBytes. A fixed 1 GiB (before stop 17) left out the batch-1024 FP32 engines that
+// kMinAutoWorkspaceBytes. A fixed 1 GiB (until 524565a) left out the batch-1024 FP32 engines that
 // keep transformed inputs in workspace.
 inline constexpr int64_t kMinAutoWorkspaceBytes = int64_t{64} << 20;
 constexpr int64_t workspace_limit(std::optional<int64_t> set_bytes, uint64_t free_device_bytes) {
@@ -60,11 +60,12 @@ constexpr int64_t workspace_limit(std::optional<int64_t> set_bytes, uint64_t fre
 // kChunkImages images, a layer also gets cuDNN's candidates timed at kChunkImages, and the best of
 // them is timed once more run in chunks over the max batch, when no candidate ran at the max batch
 // (kFallback: a workspace limit or a nearly full device) or, with kSearch, when its best launch
-// there still takes more than kChunkSearchMs. Stop 18 made the search the default for ResNet-18
-// FP32 at batch 1024, where engines 11/28 took three times batch 256's time per image; the H200
-// then showed (stop 20) that the engines that scale had been left out by a 1 GiB workspace limit:
-// with the limit raised, no layer chose chunks, and the build took 118 s with the search against
-// 77 s without it (each the machine's first FP32 build).
+// there still takes more than kChunkSearchMs. The search was the default at first (6df71a7), for
+// ResNet-18 FP32 at batch 1024, where engines 11/28 took three times batch 256's time per image;
+// the H200 then showed (2026-12-05) that the engines that scale had been left out by a 1 GiB
+// workspace limit: with the limit raised, no layer chose chunks, and the build took 118 s with the
+// search against 77 s without it (each the machine's first FP32 build), so dbe2cfe made kFallback
+// the default.
 inline constexpr int64_t kChunkImages = 256;
 inline constexpr double kChunkSearchMs = 1.0;
 constexpr bool try_chunks(BatchChunks mode, int64_t max_batch, double best_ms) {

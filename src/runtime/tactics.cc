@@ -49,54 +49,39 @@ Status fill(void* p, size_t bytes) {
   return Status::ok();
 }
 
-}  // namespace
+// What timing needs on the device for one build: library handles bound to a stream of its own,
+// two events, scratch buffers grown on demand, and the workspace limit of cuDNN candidates.
+class TimingRig {
+ public:
+  explicit TimingRig(int64_t ws_limit) : ws_limit(ws_limit) {}
+  ~TimingRig() {
+    if (start_) cudaEventDestroy(start_);
+    if (stop_) cudaEventDestroy(stop_);
+    if (stream) cudaStreamDestroy(stream);
+  }
+  TimingRig(const TimingRig&) = delete;
+  TimingRig& operator=(const TimingRig&) = delete;
 
-Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, TimingCache* cache) {
-  TacticReport report;
-  GPULAB_ASSIGN_OR_RETURN(const PlanTarget target, cuda::current_target(options.device));
-  size_t free_bytes = 0, total_bytes = 0;
-  if (!options.max_workspace_bytes) GPULAB_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int64_t ws_limit = tactic_timing::workspace_limit(options.max_workspace_bytes, free_bytes);
-  log_info("tactics: cuDNN candidates may use up to {} MiB of workspace{}", ws_limit >> 20,
-           options.max_workspace_bytes
-               ? ""
-               : " (a quarter of the free device memory; --max-workspace-mib sets it)");
-  // A workspace limit the user set can change the winner, and so can leaving batch chunks out:
-  // both are part of the timing cache's key.
-  const std::string key_suffix = fmt::format(
-      "{}{}",
-      options.max_workspace_bytes ? fmt::format("|ws{}", *options.max_workspace_bytes) : std::string(),
-      options.batch_chunks == BatchChunks::kFallback ? ""
-      : options.batch_chunks == BatchChunks::kOff    ? "|nochunk"
-                                                     : "|chunksearch");
-  cuda::LibraryHandles libs;
-  GPULAB_TRY(libs.init());
-  cudaStream_t stream = nullptr;
-  GPULAB_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  struct StreamGuard {
-    cudaStream_t s;
-    ~StreamGuard() { cudaStreamDestroy(s); }
-  } guard{stream};
-  GPULAB_TRY(libs.set_stream(stream));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  GPULAB_CUDA_TRY(cudaEventCreate(&start));
-  GPULAB_CUDA_TRY(cudaEventCreate(&stop));
-  struct EventGuard {
-    cudaEvent_t a, b;
-    ~EventGuard() { cudaEventDestroy(a), cudaEventDestroy(b); }
-  } events{start, stop};
+  Status init() {
+    GPULAB_TRY(libs.init());
+    GPULAB_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    GPULAB_TRY(libs.set_stream(stream));
+    GPULAB_CUDA_TRY(cudaEventCreate(&start_));
+    GPULAB_CUDA_TRY(cudaEventCreate(&stop_));
+    return Status::ok();
+  }
 
   // Median time in ms of `run` on `stream`, or nullopt when it fails to launch or to finish. The
   // first launch warms up. The first timed launch, or the warm-up when `judge_warm_up`, ends the
   // timing when it exceeds `give_up_after_ms`, and is the result (tactic_timing.h); a later slow
   // launch is left to the median.
   // A failure is logged (debug) as "tactics: <what> failed to run: <why>".
-  auto time_candidate = [&](const std::function<Status()>& run, double give_up_after_ms, bool judge_warm_up,
-                            const std::string& what) -> Result<std::optional<double>> {
-    GPULAB_CUDA_TRY(cudaEventRecord(start, stream));
+  Result<std::optional<double>> time(const std::function<Status()>& run, double give_up_after_ms,
+                                     bool judge_warm_up, const std::string& what) {
+    GPULAB_CUDA_TRY(cudaEventRecord(start_, stream));
     const Status first = run();
-    GPULAB_CUDA_TRY(cudaEventRecord(stop, stream));
-    const cudaError_t synced = first.is_ok() ? cudaEventSynchronize(stop) : cudaSuccess;
+    GPULAB_CUDA_TRY(cudaEventRecord(stop_, stream));
+    const cudaError_t synced = first.is_ok() ? cudaEventSynchronize(stop_) : cudaSuccess;
     if (!first.is_ok() || synced != cudaSuccess) {
       cudaGetLastError();
       log_debug("tactics: {} failed to run: {}", what,
@@ -104,327 +89,443 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       return std::optional<double>();
     }
     float first_ms = 0;
-    GPULAB_CUDA_TRY(cudaEventElapsedTime(&first_ms, start, stop));
+    GPULAB_CUDA_TRY(cudaEventElapsedTime(&first_ms, start_, stop_));
     if (judge_warm_up && first_ms > give_up_after_ms) return std::optional<double>(first_ms);
     std::vector<float> times;
     for (int t = 0, runs = tactic_timing::timed_runs(first_ms); t < runs; ++t) {
-      GPULAB_CUDA_TRY(cudaEventRecord(start, stream));
+      GPULAB_CUDA_TRY(cudaEventRecord(start_, stream));
       const Status ok = run();
-      GPULAB_CUDA_TRY(cudaEventRecord(stop, stream));
-      GPULAB_CUDA_TRY(cudaEventSynchronize(stop));
+      GPULAB_CUDA_TRY(cudaEventRecord(stop_, stream));
+      GPULAB_CUDA_TRY(cudaEventSynchronize(stop_));
       if (!ok.is_ok()) {
         log_debug("tactics: {} failed to run: {}", what, ok.message());
         return std::optional<double>();
       }
       float ms = 0;
-      GPULAB_CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
+      GPULAB_CUDA_TRY(cudaEventElapsedTime(&ms, start_, stop_));
       if (t == 0 && ms > give_up_after_ms) return std::optional<double>(ms);
       times.push_back(ms);
     }
     std::sort(times.begin(), times.end());
     return std::optional<double>(times[times.size() / 2]);
-  };
-  auto count_tactic = [&](const std::string& tactic) {
-    if (conv_kernel_of_tactic(tactic) != ConvKernel::kCudnn) ++report.own_kernel_layers;
-    if (parse_chunked_tactic(tactic)) ++report.chunked_layers;
-  };
+  }
 
-  // cuDNN's candidates for one problem: the fused graph's first, then the convolution-only
-  // graph's (followed by gpulab's epilogue kernels, timed with them).
-  struct CudnnSearch {
-    std::string label;  // "layer1.0.conv1" or "layer1.0.conv1 at batch 256", for the log
-    std::vector<std::unique_ptr<cuda::CudnnConv>> forms;
-    // Per form: the next candidate index and how many were timed, so that the wide search goes on
-    // where the first pass stopped.
-    std::vector<int64_t> next, timed;
-    int rejected = 0, over_workspace = 0, failed = 0;  // why candidates did not get timed
-    double best_ms = tactic_timing::kNoLimit;
-    std::string best;  // "" when none ran
-  };
-  auto make_search = [&](const cuda::ConvProblem& problem, std::string label) {
-    CudnnSearch search;
-    search.label = std::move(label);
-    for (bool fused : {true, false}) {
-      auto form = problem;
-      form.fused = fused;
-      auto conv = cuda::CudnnConv::with_candidates(libs.cudnn(), form);
-      if (conv.is_ok()) {
-        log_info("tactics: {} ({}): {} cuDNN candidates", search.label, fused ? "fused" : "unfused",
-                 (*conv)->candidate_count());
-        search.forms.push_back(std::move(conv).value());
-      } else {
-        log_info("tactics: {} ({}): {}", search.label, fused ? "fused" : "unfused", conv.status().message());
-      }
+  const int64_t ws_limit;
+  cuda::LibraryHandles libs;
+  cudaStream_t stream = nullptr;
+  Scratch x, w, b, r, y, ws;  // a layer's input, weight, bias, residual, output; cuDNN's workspace
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// The fastest candidate so far.
+struct Best {
+  double ms = tactic_timing::kNoLimit;
+  std::string tactic;  // "" when none ran
+
+  void offer(double candidate_ms, std::string_view candidate) {
+    if (candidate_ms < ms) {
+      ms = candidate_ms;
+      tactic = std::string(candidate);
     }
-    search.next.assign(search.forms.size(), 0);
-    search.timed.assign(search.forms.size(), 0);
-    return search;
-  };
-  Scratch x, w, b, r, y, ws;
-  // Times candidates of form `f` until `max_timed` of them ran; `ptrs` hold problem.n images.
-  auto time_cudnn = [&](CudnnSearch& search, size_t f, const cuda::ConvProblem& problem,
-                        const cuda::ConvPointers& ptrs, int64_t max_timed) -> Status {
-    auto& conv = search.forms[f];
-    for (; search.next[f] < conv->candidate_count() && search.timed[f] < max_timed; ++search.next[f]) {
-      const int64_t i = search.next[f];
-      if (const Status built = conv->select(i); !built.is_ok()) {
-        ++search.rejected;
-        log_debug("tactics: {} candidate {} rejected when built: {}", search.label, i, built.message());
-        continue;
-      }
-      const int64_t ws_bytes = conv->workspace_bytes();
-      if (ws_bytes > ws_limit) {
-        ++search.over_workspace;
-        log_debug("tactics: {} candidate {} {} needs {} MiB of workspace", search.label, i, conv->tactic(i),
-                  ws_bytes >> 20);
-        continue;
-      }
-      GPULAB_TRY(ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
-      auto run = [&] {
-        return launch_conv_step(problem, ConvKernel::kCudnn, {}, conv.get(), libs.cudnn(), ptrs,
-                                ws.buffer.get(), stream);
-      };
-      GPULAB_ASSIGN_OR_RETURN(
-          const std::optional<double> ms,
-          time_candidate(run, tactic_timing::give_up_ms(search.best_ms), false,
-                         fmt::format("{} candidate {} {}", search.label, i, conv->tactic(i))));
-      if (!ms) {
-        ++search.failed;
-        continue;
-      }
-      ++search.timed[f];
-      log_debug("tactics: {} candidate {} {} {:.4f} ms", search.label, i, conv->tactic(i), *ms);
-      if (*ms < search.best_ms) {
-        search.best_ms = *ms;
-        search.best = conv->tactic(i);
-      }
+  }
+};
+
+// What the selection of every conv step shares during one build.
+struct SelectionContext {
+  const Plan& plan;
+  const BuildOptions& options;
+  TimingCache* cache;  // may be null
+  const PlanTarget& target;
+  const std::string& key_suffix;  // timing_key_suffix(options)
+  TimingRig& rig;
+};
+
+// The workspace a cuDNN candidate may use (tactic_timing::workspace_limit), logged.
+Result<int64_t> workspace_limit_for(const BuildOptions& options) {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (!options.max_workspace_bytes) GPULAB_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int64_t ws_limit = tactic_timing::workspace_limit(options.max_workspace_bytes, free_bytes);
+  log_info("tactics: cuDNN candidates may use up to {} MiB of workspace{}", ws_limit >> 20,
+           options.max_workspace_bytes
+               ? ""
+               : " (a quarter of the free device memory; --max-workspace-mib sets it)");
+  return ws_limit;
+}
+
+// A workspace limit the user set can change the winner, and so can leaving batch chunks out:
+// both are part of the timing cache's key.
+std::string timing_key_suffix(const BuildOptions& options) {
+  return fmt::format(
+      "{}{}",
+      options.max_workspace_bytes ? fmt::format("|ws{}", *options.max_workspace_bytes) : std::string(),
+      options.batch_chunks == BatchChunks::kFallback ? ""
+      : options.batch_chunks == BatchChunks::kOff    ? "|nochunk"
+                                                     : "|chunksearch");
+}
+
+void count_tactic(TacticReport& report, const std::string& tactic) {
+  if (conv_kernel_of_tactic(tactic) != ConvKernel::kCudnn) ++report.own_kernel_layers;
+  if (parse_chunked_tactic(tactic)) ++report.chunked_layers;
+}
+
+// The step runs on the direct convolution because nothing else can (not timed).
+void use_direct_fallback(PlanStep& step, TacticReport& report) {
+  step.tactic = std::string(kDirectTactic);
+  ++report.fallback_layers;
+  ++report.own_kernel_layers;
+}
+
+// cuDNN's candidates for one problem: the fused graph's first, then the convolution-only
+// graph's (followed by gpulab's epilogue kernels, timed with them).
+struct CudnnSearch {
+  std::string label;  // "layer1.0.conv1" or "layer1.0.conv1 at batch 256", for the log
+  std::vector<std::unique_ptr<cuda::CudnnConv>> forms;
+  // Per form: the next candidate index and how many were timed, so that the wide search goes on
+  // where the first pass stopped.
+  std::vector<int64_t> next, timed;
+  int rejected = 0, over_workspace = 0, failed = 0;  // why candidates did not get timed
+  double best_ms = tactic_timing::kNoLimit;
+  std::string best;  // "" when none ran
+};
+
+CudnnSearch make_search(TimingRig& rig, const cuda::ConvProblem& problem, std::string label) {
+  CudnnSearch search;
+  search.label = std::move(label);
+  for (bool fused : {true, false}) {
+    auto form = problem;
+    form.fused = fused;
+    auto conv = cuda::CudnnConv::with_candidates(rig.libs.cudnn(), form);
+    if (conv.is_ok()) {
+      log_info("tactics: {} ({}): {} cuDNN candidates", search.label, fused ? "fused" : "unfused",
+               (*conv)->candidate_count());
+      search.forms.push_back(std::move(conv).value());
+    } else {
+      log_info("tactics: {} ({}): {}", search.label, fused ? "fused" : "unfused", conv.status().message());
     }
-    return Status::ok();
-  };
-  // Time up to kMaxFusedCandidates / kMaxUnfusedCandidates candidates that cuDNN builds (those it
-  // rejects do not count: FP32 without tensor cores rejected the first nine of forty on the H200),
-  // then up to kMaxWideCandidates when the best is still slow.
-  auto run_search = [&](CudnnSearch& search, const cuda::ConvProblem& problem,
-                        const cuda::ConvPointers& ptrs) -> Status {
-    for (size_t f = 0; f < search.forms.size(); ++f)
-      GPULAB_TRY(time_cudnn(search, f, problem, ptrs,
-                            search.forms[f]->fused() ? kMaxFusedCandidates : kMaxUnfusedCandidates));
-    if (search.best_ms > kWideSearchMs) {
-      for (size_t f = 0; f < search.forms.size(); ++f)
-        GPULAB_TRY(time_cudnn(search, f, problem, ptrs, kMaxWideCandidates));
-      int64_t timed = 0;
-      for (int64_t t : search.timed) timed += t;
-      log_info("tactics: {}: wide search, {} candidates timed", search.label, timed);
+  }
+  search.next.assign(search.forms.size(), 0);
+  search.timed.assign(search.forms.size(), 0);
+  return search;
+}
+
+// Times candidates of form `f` until `max_timed` of them ran; `ptrs` hold problem.n images.
+Status time_cudnn(TimingRig& rig, CudnnSearch& search, size_t f, const cuda::ConvProblem& problem,
+                  const cuda::ConvPointers& ptrs, int64_t max_timed) {
+  auto& conv = search.forms[f];
+  for (; search.next[f] < conv->candidate_count() && search.timed[f] < max_timed; ++search.next[f]) {
+    const int64_t i = search.next[f];
+    if (const Status built = conv->select(i); !built.is_ok()) {
+      ++search.rejected;
+      log_debug("tactics: {} candidate {} rejected when built: {}", search.label, i, built.message());
+      continue;
     }
-    return Status::ok();
-  };
-  // Times the cuDNN tactic `inner`, timed on `part` (the layer at part.n images), run in chunks of
-  // part.n over problem.n images as the runtime would run it (conv_step.h), and makes it `best`
-  // when it beats `best_ms`.
-  auto time_chunked = [&](const PlanStep& step, const cuda::ConvProblem& problem,
-                          const cuda::ConvProblem& part, const std::string& inner,
-                          const cuda::ConvPointers& ptrs, double& best_ms, std::string& best) -> Status {
-    const int64_t chunk = part.n;
-    const std::string tactic = chunked_tactic(chunk, inner);
-    const ChunkSplit split = split_batch(problem.n, chunk);
-    auto full = prepare_cudnn_conv(libs.cudnn(), part, inner, true);
-    Result<std::unique_ptr<cuda::CudnnConv>> tail = std::unique_ptr<cuda::CudnnConv>();
-    if (full.is_ok() && split.tail > 0)
-      tail = prepare_cudnn_conv(libs.cudnn(), conv_problem(plan, step, split.tail), inner, false);
-    if (!full.is_ok() || !tail.is_ok()) {
-      log_debug("tactics: {} candidate {}: {}", step.name, tactic,
-                (full.is_ok() ? tail.status() : full.status()).message());
-      return Status::ok();
+    const int64_t ws_bytes = conv->workspace_bytes();
+    if (ws_bytes > rig.ws_limit) {
+      ++search.over_workspace;
+      log_debug("tactics: {} candidate {} {} needs {} MiB of workspace", search.label, i, conv->tactic(i),
+                ws_bytes >> 20);
+      continue;
     }
-    const int64_t ws_bytes = std::max((*full)->workspace_bytes(), *tail ? (*tail)->workspace_bytes() : 0);
-    if (ws_bytes > ws_limit) {
-      log_debug("tactics: {} candidate {} needs {} MiB of workspace", step.name, tactic, ws_bytes >> 20);
-      return Status::ok();
-    }
-    GPULAB_TRY(ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
+    GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
     auto run = [&] {
-      return launch_chunked_conv_step(problem, chunk, **full, tail->get(), libs.cudnn(), ptrs,
-                                      ws.buffer.get(), stream);
+      return launch_conv_step(problem, ConvKernel::kCudnn, {}, conv.get(), rig.libs.cudnn(), ptrs,
+                              rig.ws.buffer.get(), rig.stream);
     };
     GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
-                            time_candidate(run, tactic_timing::give_up_ms(best_ms), false,
-                                           fmt::format("{} candidate {}", step.name, tactic)));
-    if (!ms) return Status::ok();
-    log_info("tactics: {}: {} in chunks of {}: {:.4f} ms (best so far {:.4f} ms)", step.name, inner, chunk,
-             *ms, best_ms);
-    if (*ms < best_ms) {
-      best_ms = *ms;
-      best = tactic;
+                            rig.time(run, tactic_timing::give_up_ms(search.best_ms), false,
+                                     fmt::format("{} candidate {} {}", search.label, i, conv->tactic(i))));
+    if (!ms) {
+      ++search.failed;
+      continue;
     }
-    return Status::ok();
-  };
+    ++search.timed[f];
+    log_debug("tactics: {} candidate {} {} {:.4f} ms", search.label, i, conv->tactic(i), *ms);
+    if (*ms < search.best_ms) {
+      search.best_ms = *ms;
+      search.best = conv->tactic(i);
+    }
+  }
+  return Status::ok();
+}
 
+// Time up to kMaxFusedCandidates / kMaxUnfusedCandidates candidates that cuDNN builds (those it
+// rejects do not count: FP32 without tensor cores rejected the first nine of forty on the H200),
+// then up to kMaxWideCandidates when the best is still slow.
+Status run_search(TimingRig& rig, CudnnSearch& search, const cuda::ConvProblem& problem,
+                  const cuda::ConvPointers& ptrs) {
+  for (size_t f = 0; f < search.forms.size(); ++f)
+    GPULAB_TRY(time_cudnn(rig, search, f, problem, ptrs,
+                          search.forms[f]->fused() ? kMaxFusedCandidates : kMaxUnfusedCandidates));
+  if (search.best_ms > kWideSearchMs) {
+    for (size_t f = 0; f < search.forms.size(); ++f)
+      GPULAB_TRY(time_cudnn(rig, search, f, problem, ptrs, kMaxWideCandidates));
+    int64_t timed = 0;
+    for (int64_t t : search.timed) timed += t;
+    log_info("tactics: {}: wide search, {} candidates timed", search.label, timed);
+  }
+  return Status::ok();
+}
+
+// Times the cuDNN tactic `inner`, timed on `part` (the layer at part.n images), run in chunks of
+// part.n over problem.n images as the runtime would run it (conv_step.h), and offers it to `best`.
+Status time_chunked(const SelectionContext& c, const PlanStep& step, const cuda::ConvProblem& problem,
+                    const cuda::ConvProblem& part, const std::string& inner, const cuda::ConvPointers& ptrs,
+                    Best& best) {
+  TimingRig& rig = c.rig;
+  const int64_t chunk = part.n;
+  const std::string tactic = chunked_tactic(chunk, inner);
+  const ChunkSplit split = split_batch(problem.n, chunk);
+  auto full = prepare_cudnn_conv(rig.libs.cudnn(), part, inner, true);
+  Result<std::unique_ptr<cuda::CudnnConv>> tail = std::unique_ptr<cuda::CudnnConv>();
+  if (full.is_ok() && split.tail > 0)
+    tail = prepare_cudnn_conv(rig.libs.cudnn(), conv_problem(c.plan, step, split.tail), inner, false);
+  if (!full.is_ok() || !tail.is_ok()) {
+    log_debug("tactics: {} candidate {}: {}", step.name, tactic,
+              (full.is_ok() ? tail.status() : full.status()).message());
+    return Status::ok();
+  }
+  const int64_t ws_bytes = std::max((*full)->workspace_bytes(), *tail ? (*tail)->workspace_bytes() : 0);
+  if (ws_bytes > rig.ws_limit) {
+    log_debug("tactics: {} candidate {} needs {} MiB of workspace", step.name, tactic, ws_bytes >> 20);
+    return Status::ok();
+  }
+  GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
+  auto run = [&] {
+    return launch_chunked_conv_step(problem, chunk, **full, tail->get(), rig.libs.cudnn(), ptrs,
+                                    rig.ws.buffer.get(), rig.stream);
+  };
+  GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
+                          rig.time(run, tactic_timing::give_up_ms(best.ms), false,
+                                   fmt::format("{} candidate {}", step.name, tactic)));
+  if (!ms) return Status::ok();
+  log_info("tactics: {}: {} in chunks of {}: {:.4f} ms (best so far {:.4f} ms)", step.name, inner, chunk, *ms,
+           best.ms);
+  best.offer(*ms, tactic);
+  return Status::ok();
+}
+
+// One of gpulab's own kernels, timed beside cuDNN's candidates and offered to `best`.
+Status time_own(TimingRig& rig, const PlanStep& step, const cuda::ConvProblem& problem,
+                const cuda::ConvPointers& ptrs, ConvKernel kernel, std::string_view tactic,
+                bool judge_warm_up, Best& best) {
+  auto run = [&] {
+    return launch_conv_step(problem, kernel, tactic, nullptr, nullptr, ptrs, nullptr, rig.stream);
+  };
+  GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
+                          rig.time(run, tactic_timing::give_up_ms(best.ms), judge_warm_up,
+                                   fmt::format("{} candidate {}", step.name, tactic)));
+  if (!ms) {
+    log_info("tactics: {}: {} failed to run", step.name, tactic);
+    return Status::ok();
+  }
+  log_debug("tactics: {} candidate {} {:.4f} ms", step.name, tactic, *ms);
+  best.offer(*ms, tactic);
+  return Status::ok();
+}
+
+// The step's input, weight, bias and residual at the plan's max batch in the rig's scratch
+// buffers (never zeros), and the pointers a launch takes.
+Result<cuda::ConvPointers> stage_timing_buffers(const Plan& plan, const PlanStep& step, TimingRig& rig) {
+  const PlanValue& xv = plan.values[step.inputs[0]];
+  const PlanValue& yv = plan.values[step.output];
+  const size_t x_bytes = static_cast<size_t>(xv.bytes_per_image() * plan.max_batch);
+  const size_t y_bytes = static_cast<size_t>(yv.bytes_per_image() * plan.max_batch);
+  const auto& weight = plan.weights[step.weight].bytes;
+  GPULAB_TRY(rig.x.ensure(x_bytes, "tactic timing input"));
+  GPULAB_TRY(rig.y.ensure(y_bytes, "tactic timing output"));
+  GPULAB_TRY(rig.r.ensure(y_bytes, "tactic timing residual"));
+  GPULAB_TRY(rig.w.ensure(weight.size(), "tactic timing weights"));
+  GPULAB_TRY(rig.b.ensure(static_cast<size_t>(yv.c) * 4, "tactic timing bias"));
+  GPULAB_TRY(fill(rig.x.buffer.get(), x_bytes));
+  GPULAB_TRY(fill(rig.r.buffer.get(), y_bytes));
+  GPULAB_CUDA_TRY(cudaMemcpy(rig.w.buffer.get(), weight.data(), weight.size(), cudaMemcpyHostToDevice));
+  GPULAB_TRY(fill(rig.b.buffer.get(), static_cast<size_t>(yv.c) * 4));
+  return cuda::ConvPointers{rig.x.buffer.get(), rig.w.buffer.get(), rig.b.buffer.get(), rig.r.buffer.get(),
+                            rig.y.buffer.get()};
+}
+
+// Says why cuDNN's best may be missing or not the fastest there is.
+void log_search_outcome(const PlanStep& step, const CudnnSearch& search, int64_t ws_limit) {
+  if (search.best.empty()) {
+    log_info(
+        "tactics: {}: no cuDNN candidate ran ({} rejected when built, {} over the {} MiB workspace "
+        "limit, {} failed to run)",
+        step.name, search.rejected, search.over_workspace, ws_limit >> 20, search.failed);
+  } else if (search.failed > 0 || search.over_workspace > 0) {
+    // Candidates cuDNN built that could not run here may have been the fast ones; -v names each
+    // with its reason.
+    log_info("tactics: {}: {} cuDNN candidates failed to run and {} needed more than {} MiB of workspace",
+             step.name, search.failed, search.over_workspace, ws_limit >> 20);
+  }
+}
+
+// Batch chunks (tactic_timing.h): cuDNN's best at kChunkImages, launched over the max batch
+// chunk by chunk, where nothing ran over the whole batch (or on every long layer, kSearch).
+Status time_batch_chunks(const SelectionContext& c, const PlanStep& step, const cuda::ConvProblem& problem,
+                         const cuda::ConvPointers& ptrs, Best& best) {
+  if (!tactic_timing::try_chunks(c.options.batch_chunks, c.plan.max_batch, best.ms)) return Status::ok();
+  constexpr int64_t kChunk = tactic_timing::kChunkImages;
+  const cuda::ConvProblem part = conv_problem(c.plan, step, kChunk);
+  // A timing cache entry for that problem (a plan built at batch kChunk) is its best tactic of
+  // all: a cuDNN one serves here; an own kernel wins there and scales with the batch, so its
+  // time at the max batch, measured before, is what chunks of it would take.
+  std::string inner;
+  const TimingEntry* hit =
+      c.cache ? c.cache->find(TimingCache::make_key(cuda::conv_signature(part) + c.key_suffix, c.target))
+              : nullptr;
+  if (hit && conv_kernel_of_tactic(hit->tactic) == ConvKernel::kCudnn && !parse_chunked_tactic(hit->tactic)) {
+    inner = hit->tactic;
+  } else if (!hit) {
+    CudnnSearch chunk_search = make_search(c.rig, part, fmt::format("{} at batch {}", step.name, kChunk));
+    GPULAB_TRY(run_search(c.rig, chunk_search, part, ptrs));
+    inner = chunk_search.best;
+  }
+  if (!inner.empty()) GPULAB_TRY(time_chunked(c, step, problem, part, inner, ptrs, best));
+  return Status::ok();
+}
+
+// Which of gpulab's own convolutions apply to a problem.
+struct OwnKernels {
+  bool depthwise = false;  // the depthwise kernel (batch does not matter)
+  bool cutlass = false;    // CUTLASS's small-channel convolution, for FP16 stems
+  bool wgmma = false;      // the wgmma 3x3 convolution (sm_90)
+  bool direct = false;     // the direct convolution, every float layer
+};
+
+OwnKernels own_kernels_for(const cuda::ConvProblem& problem) {
+  const cuda::DirectConvDesc desc = direct_conv_desc(problem);
+  return {.depthwise = cuda::depthwise_conv_supports(desc),
+          .cutlass = cuda::cutlass_conv_supports(desc),
+          .wgmma = cuda::wgmma_conv_supports(desc),
+          .direct = kernels::is_kernel_float_type(problem.dtype)};
+}
+
+// Every candidate of one conv step at the plan's max batch: cuDNN's (search), gpulab's own,
+// cuDNN's in batch chunks, and the direct convolution last, so that a slow first launch can end
+// its timing. The fastest; its tactic is "" when nothing ran.
+Result<Best> time_candidates(const SelectionContext& c, const PlanStep& step,
+                             const cuda::ConvProblem& problem, const OwnKernels& own, CudnnSearch& search) {
+  TimingRig& rig = c.rig;
+  GPULAB_ASSIGN_OR_RETURN(const cuda::ConvPointers ptrs, stage_timing_buffers(c.plan, step, rig));
+  GPULAB_TRY(run_search(rig, search, problem, ptrs));
+  Best best{.ms = search.best_ms, .tactic = search.best};
+  log_search_outcome(step, search, rig.ws_limit);
+  if (own.depthwise)
+    GPULAB_TRY(time_own(rig, step, problem, ptrs, ConvKernel::kDepthwise, kDepthwiseTactic, false, best));
+  if (own.cutlass)
+    for (std::string_view tactic : cuda::cutlass_conv_tactics())
+      GPULAB_TRY(time_own(rig, step, problem, ptrs, ConvKernel::kCutlass, tactic, false, best));
+  if (own.wgmma)
+    for (std::string_view tactic : cuda::wgmma_conv_tactics())
+      GPULAB_TRY(time_own(rig, step, problem, ptrs, ConvKernel::kWgmma3x3, tactic, false, best));
+  GPULAB_TRY(time_batch_chunks(c, step, problem, ptrs, best));
+  // The direct convolution (one thread per output) is general but slow: a 1x1 layer at batch
+  // 256 can take ~100 ms per launch, so its warm-up alone can end its timing.
+  if (own.direct && !best.tactic.empty())
+    GPULAB_TRY(time_own(rig, step, problem, ptrs, ConvKernel::kDirect, kDirectTactic, true, best));
+  return best;
+}
+
+// Without timing: cuDNN's first candidate that builds within the workspace limit, or "".
+std::string first_buildable(CudnnSearch& search, int64_t ws_limit) {
+  for (auto& conv : search.forms) {
+    for (int64_t i = 0; i < conv->candidate_count(); ++i)
+      if (conv->select(i).is_ok() && conv->workspace_bytes() <= ws_limit) return conv->tactic(i);
+  }
+  return {};
+}
+
+// The timing cache's tactic for `key` into the step, when it has one this gpulab can run.
+bool take_cached(const SelectionContext& c, const std::string& key, PlanStep& step, TacticReport& report) {
+  if (!c.cache) return false;
+  const TimingEntry* hit = c.cache->find(key);
+  if (hit && check_conv_tactic(hit->tactic).is_ok()) {
+    step.tactic = hit->tactic;
+    ++report.cached_layers;
+    count_tactic(report, step.tactic);
+    return true;
+  }
+  if (hit)
+    log_info("tactics: {}: the timing cache's \"{}\" is not a kernel this gpulab has; timing again",
+             step.name, hit->tactic);
+  return false;
+}
+
+// The tactic of one conv step: the depthwise kernel for a folded cast, else the timing cache's,
+// else (without time_tactics) the first that builds, else the fastest of all candidates.
+Status select_conv_tactic(const SelectionContext& c, PlanStep& step, TacticReport& report) {
+  const cuda::ConvProblem problem = conv_problem(c.plan, step, c.plan.max_batch);
+  if (problem.x_dtype) {
+    // A folded cast (fold_input_casts): the depthwise kernel is the one kernel that reads x in
+    // another type than y, so there is nothing to time.
+    if (const Status s = cuda::validate_depthwise_conv(direct_conv_desc(problem)); !s.is_ok())
+      return Status::internal(fmt::format("tactics: {} reads its {} input directly, but {}", step.name,
+                                          dtype_name(*problem.x_dtype), s.message()));
+    step.tactic = std::string(kDepthwiseTactic);
+    ++report.own_kernel_layers;
+    return Status::ok();
+  }
+  const std::string key = TimingCache::make_key(cuda::conv_signature(problem) + c.key_suffix, c.target);
+  if (take_cached(c, key, step, report)) return Status::ok();
+  const OwnKernels own = own_kernels_for(problem);
+  if (!c.options.time_tactics && own.depthwise) {
+    step.tactic = std::string(kDepthwiseTactic);
+    ++report.own_kernel_layers;
+    return Status::ok();
+  }
+  CudnnSearch search = make_search(c.rig, problem, step.name);
+  if (search.forms.empty() && !own.depthwise && !own.cutlass && !own.wgmma) {
+    log_info("tactics: {}: no cuDNN engine; using the direct convolution", step.name);
+    use_direct_fallback(step, report);
+    return Status::ok();
+  }
+  if (!c.options.time_tactics) {
+    step.tactic = first_buildable(search, c.rig.ws_limit);
+    if (step.tactic.empty()) use_direct_fallback(step, report);
+    return Status::ok();
+  }
+  GPULAB_ASSIGN_OR_RETURN(const Best best, time_candidates(c, step, problem, own, search));
+  if (best.tactic.empty()) {
+    // Nothing else ran: the direct convolution without timing it (it is the only choice).
+    log_info("tactics: {}: using the direct convolution", step.name);
+    use_direct_fallback(step, report);
+    return Status::ok();
+  }
+  step.tactic = best.tactic;
+  ++report.timed_layers;
+  count_tactic(report, best.tactic);
+  if (search.best.empty() && conv_kernel_of_tactic(best.tactic) != ConvKernel::kCudnn)
+    ++report.fallback_layers;
+  log_info("tactics: {}: {} ({:.4f} ms at batch {})", step.name, best.tactic, best.ms, c.plan.max_batch);
+  if (c.cache) c.cache->put(key, TimingEntry{best.tactic, best.ms});
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, TimingCache* cache) {
+  TacticReport report;
+  GPULAB_ASSIGN_OR_RETURN(const PlanTarget target, cuda::current_target(options.device));
+  GPULAB_ASSIGN_OR_RETURN(const int64_t ws_limit, workspace_limit_for(options));
+  const std::string key_suffix = timing_key_suffix(options);
+  TimingRig rig(ws_limit);
+  GPULAB_TRY(rig.init());
+  const SelectionContext context{.plan = plan,
+                                 .options = options,
+                                 .cache = cache,
+                                 .target = target,
+                                 .key_suffix = key_suffix,
+                                 .rig = rig};
   for (auto& step : plan.steps) {
     if (step.kind == StepKind::kGemm) {
       step.tactic = "cublaslt";
-      continue;
-    }
-    if (step.kind == StepKind::kStem) {
+    } else if (step.kind == StepKind::kStem) {
       step.tactic = std::string(kFusedStemTactic);
-      continue;
+    } else if (step.kind == StepKind::kConv) {
+      GPULAB_TRY(select_conv_tactic(context, step, report));
     }
-    if (step.kind != StepKind::kConv) continue;
-    const cuda::ConvProblem problem = conv_problem(plan, step, plan.max_batch);
-    if (problem.x_dtype) {
-      // A folded cast (fold_input_casts): the depthwise kernel is the one kernel that reads x in
-      // another type than y, so there is nothing to time.
-      if (const Status s = cuda::validate_depthwise_conv(direct_conv_desc(problem)); !s.is_ok())
-        return Status::internal(fmt::format("tactics: {} reads its {} input directly, but {}", step.name,
-                                            dtype_name(*problem.x_dtype), s.message()));
-      step.tactic = std::string(kDepthwiseTactic);
-      ++report.own_kernel_layers;
-      continue;
-    }
-    const std::string key = TimingCache::make_key(cuda::conv_signature(problem) + key_suffix, target);
-    if (cache) {
-      const TimingEntry* hit = cache->find(key);
-      if (hit && check_conv_tactic(hit->tactic).is_ok()) {
-        step.tactic = hit->tactic;
-        ++report.cached_layers;
-        count_tactic(step.tactic);
-        continue;
-      }
-      if (hit)
-        log_info("tactics: {}: the timing cache's \"{}\" is not a kernel this gpulab has; timing again",
-                 step.name, hit->tactic);
-    }
-    // gpulab's own candidates: the depthwise kernel where it applies (batch does not matter),
-    // CUTLASS's small-channel convolution for FP16 stems, the direct convolution for every float
-    // layer.
-    const cuda::DirectConvDesc own_desc = direct_conv_desc(problem);
-    const bool depthwise_ok = cuda::depthwise_conv_supports(own_desc);
-    const bool cutlass_ok = cuda::cutlass_conv_supports(own_desc);
-    const bool wgmma_ok = cuda::wgmma_conv_supports(own_desc);
-    const bool direct_ok = kernels::is_kernel_float_type(problem.dtype);
-    if (!options.time_tactics && depthwise_ok) {
-      step.tactic = std::string(kDepthwiseTactic);
-      ++report.own_kernel_layers;
-      continue;
-    }
-    CudnnSearch search = make_search(problem, step.name);
-    if (search.forms.empty() && !depthwise_ok && !cutlass_ok && !wgmma_ok) {
-      log_info("tactics: {}: no cuDNN engine; using the direct convolution", step.name);
-      step.tactic = std::string(kDirectTactic);
-      ++report.fallback_layers;
-      ++report.own_kernel_layers;
-      continue;
-    }
-    if (!options.time_tactics) {
-      step.tactic.clear();
-      for (auto& conv : search.forms) {
-        for (int64_t i = 0; i < conv->candidate_count() && step.tactic.empty(); ++i)
-          if (conv->select(i).is_ok() && conv->workspace_bytes() <= ws_limit) step.tactic = conv->tactic(i);
-        if (!step.tactic.empty()) break;
-      }
-      if (step.tactic.empty()) {
-        step.tactic = std::string(kDirectTactic);
-        ++report.fallback_layers;
-        ++report.own_kernel_layers;
-      }
-      continue;
-    }
-    const PlanValue& xv = plan.values[step.inputs[0]];
-    const PlanValue& yv = plan.values[step.output];
-    const size_t x_bytes = static_cast<size_t>(xv.bytes_per_image() * plan.max_batch);
-    const size_t y_bytes = static_cast<size_t>(yv.bytes_per_image() * plan.max_batch);
-    GPULAB_TRY(x.ensure(x_bytes, "tactic timing input"));
-    GPULAB_TRY(y.ensure(y_bytes, "tactic timing output"));
-    GPULAB_TRY(r.ensure(y_bytes, "tactic timing residual"));
-    GPULAB_TRY(w.ensure(plan.weights[step.weight].bytes.size(), "tactic timing weights"));
-    GPULAB_TRY(b.ensure(static_cast<size_t>(yv.c) * 4, "tactic timing bias"));
-    GPULAB_TRY(fill(x.buffer.get(), x_bytes));
-    GPULAB_TRY(fill(r.buffer.get(), y_bytes));
-    GPULAB_CUDA_TRY(cudaMemcpy(w.buffer.get(), plan.weights[step.weight].bytes.data(),
-                               plan.weights[step.weight].bytes.size(), cudaMemcpyHostToDevice));
-    GPULAB_TRY(fill(b.buffer.get(), static_cast<size_t>(yv.c) * 4));
-    const cuda::ConvPointers ptrs{x.buffer.get(), w.buffer.get(), b.buffer.get(), r.buffer.get(),
-                                  y.buffer.get()};
-    GPULAB_TRY(run_search(search, problem, ptrs));
-    double best_ms = search.best_ms;
-    std::string best = search.best;
-    if (best.empty()) {
-      log_info(
-          "tactics: {}: no cuDNN candidate ran ({} rejected when built, {} over the {} MiB workspace "
-          "limit, {} failed to run)",
-          step.name, search.rejected, search.over_workspace, ws_limit >> 20, search.failed);
-    } else if (search.failed > 0 || search.over_workspace > 0) {
-      // Candidates cuDNN built that could not run here may have been the fast ones; -v names each
-      // with its reason.
-      log_info("tactics: {}: {} cuDNN candidates failed to run and {} needed more than {} MiB of workspace",
-               step.name, search.failed, search.over_workspace, ws_limit >> 20);
-    }
-
-    // gpulab's own kernels, timed beside cuDNN's candidates. The direct convolution last, so that
-    // a slow first launch can end its timing.
-    auto time_own = [&](ConvKernel kernel, std::string_view tactic, bool judge_warm_up = false) -> Status {
-      auto run = [&] {
-        return launch_conv_step(problem, kernel, tactic, nullptr, nullptr, ptrs, nullptr, stream);
-      };
-      GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
-                              time_candidate(run, tactic_timing::give_up_ms(best_ms), judge_warm_up,
-                                             fmt::format("{} candidate {}", step.name, tactic)));
-      if (!ms) {
-        log_info("tactics: {}: {} failed to run", step.name, tactic);
-        return Status::ok();
-      }
-      log_debug("tactics: {} candidate {} {:.4f} ms", step.name, tactic, *ms);
-      if (*ms < best_ms) {
-        best_ms = *ms;
-        best = std::string(tactic);
-      }
-      return Status::ok();
-    };
-    if (depthwise_ok) GPULAB_TRY(time_own(ConvKernel::kDepthwise, kDepthwiseTactic));
-    if (cutlass_ok)
-      for (std::string_view tactic : cuda::cutlass_conv_tactics())
-        GPULAB_TRY(time_own(ConvKernel::kCutlass, tactic));
-    if (wgmma_ok)
-      for (std::string_view tactic : cuda::wgmma_conv_tactics())
-        GPULAB_TRY(time_own(ConvKernel::kWgmma3x3, tactic));
-    // Batch chunks (tactic_timing.h): cuDNN's best at kChunkImages, launched over the max batch
-    // chunk by chunk, where nothing ran over the whole batch (or on every long layer, kSearch).
-    if (tactic_timing::try_chunks(options.batch_chunks, plan.max_batch, best_ms)) {
-      constexpr int64_t kChunk = tactic_timing::kChunkImages;
-      const cuda::ConvProblem part = conv_problem(plan, step, kChunk);
-      // A timing cache entry for that problem (a plan built at batch kChunk) is its best tactic of
-      // all: a cuDNN one serves here; an own kernel wins there and scales with the batch, so its
-      // time at the max batch, measured above, is what chunks of it would take.
-      std::string inner;
-      const TimingEntry* hit =
-          cache ? cache->find(TimingCache::make_key(cuda::conv_signature(part) + key_suffix, target))
-                : nullptr;
-      if (hit && conv_kernel_of_tactic(hit->tactic) == ConvKernel::kCudnn &&
-          !parse_chunked_tactic(hit->tactic)) {
-        inner = hit->tactic;
-      } else if (!hit) {
-        CudnnSearch chunk_search = make_search(part, fmt::format("{} at batch {}", step.name, kChunk));
-        GPULAB_TRY(run_search(chunk_search, part, ptrs));
-        inner = chunk_search.best;
-      }
-      if (!inner.empty()) GPULAB_TRY(time_chunked(step, problem, part, inner, ptrs, best_ms, best));
-    }
-    // The direct convolution (one thread per output) is general but slow: a 1x1 layer at batch
-    // 256 can take ~100 ms per launch, so its warm-up alone can end its timing.
-    if (direct_ok && !best.empty()) GPULAB_TRY(time_own(ConvKernel::kDirect, kDirectTactic, true));
-    if (best.empty()) {
-      // Nothing else ran: the direct convolution without timing it (it is the only choice).
-      log_info("tactics: {}: using the direct convolution", step.name);
-      step.tactic = std::string(kDirectTactic);
-      ++report.own_kernel_layers;
-      ++report.fallback_layers;
-      continue;
-    }
-    step.tactic = best;
-    ++report.timed_layers;
-    count_tactic(best);
-    if (search.best.empty() && conv_kernel_of_tactic(best) != ConvKernel::kCudnn) ++report.fallback_layers;
-    log_info("tactics: {}: {} ({:.4f} ms at batch {})", step.name, best, best_ms, plan.max_batch);
-    if (cache) cache->put(key, TimingEntry{best, best_ms});
   }
   log_info(
       "tactics: {} convolution layers on gpulab's own kernels, {} without any cuDNN candidate, {} in "

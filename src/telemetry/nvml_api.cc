@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 namespace gpulab::telemetry::nvml {
@@ -16,7 +18,16 @@ bool bind(void* handle, const char* name, Fn*& out) {
 }  // namespace
 
 Result<std::shared_ptr<Library>> Library::load() {
-  void* handle = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  const char* override_path = std::getenv("GPULAB_NVML_LIBRARY");
+  const bool overridden = override_path != nullptr && *override_path != '\0';
+  void* handle = dlopen(overridden ? override_path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr && overridden) {
+    const char* err = dlerror();
+    return Status::unavailable(fmt::format(
+        "NVML: GPULAB_NVML_LIBRARY names '{}', which cannot be loaded ({}). Unset it to use the driver's "
+        "libnvidia-ml.so.1",
+        override_path, err ? err : "dlopen failed"));
+  }
   if (handle == nullptr) {
     const char* err = dlerror();
     return Status::unavailable(
@@ -69,6 +80,9 @@ Result<std::shared_ptr<Library>> Library::load() {
   bind(handle, "nvmlDeviceGetRemappedRows", api.device_get_remapped_rows);
   bind(handle, "nvmlDeviceGetMemoryBusWidth", api.device_get_memory_bus_width);
   bind(handle, "nvmlDeviceGetNumGpuCores", api.device_get_num_gpu_cores);
+  bind(handle, "nvmlDeviceGetPowerManagementLimitConstraints",
+       api.device_get_power_management_limit_constraints);
+  bind(handle, "nvmlDeviceSetPowerManagementLimit", api.device_set_power_management_limit);
   if (missing != nullptr) {
     dlclose(handle);
     return Status::unavailable(fmt::format(

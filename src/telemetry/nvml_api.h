@@ -97,6 +97,9 @@ struct Api {
   Return (*device_get_power_usage)(Device, unsigned int*);                                  // milliwatts
   Return (*device_get_enforced_power_limit)(Device, unsigned int*);                         // milliwatts
   Return (*device_get_power_management_default_limit)(Device, unsigned int*);               // milliwatts
+  Return (*device_get_power_management_limit_constraints)(Device, unsigned int*,
+                                                          unsigned int*);  // mW, optional
+  Return (*device_set_power_management_limit)(Device, unsigned int);       // milliwatts, root only, optional
   Return (*device_get_total_energy_consumption)(Device, unsigned long long*);  // millijoules, optional
   Return (*device_get_clock_info)(Device, int, unsigned int*);                 // MHz
   Return (*device_get_max_clock_info)(Device, int, unsigned int*);             // MHz
@@ -124,7 +127,8 @@ struct Api {
 class Library {
  public:
   // dlopen + dlsym + nvmlInit_v2. kUnavailable with the reason (library not found, driver not
-  // loaded, driver/library version mismatch) when NVML cannot be used.
+  // loaded, driver/library version mismatch) when NVML cannot be used. The library is
+  // libnvidia-ml.so.1, or the file $GPULAB_NVML_LIBRARY names (the tests' fake NVML).
   static Result<std::shared_ptr<Library>> load();
   ~Library();
   Library(const Library&) = delete;

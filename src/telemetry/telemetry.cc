@@ -252,6 +252,56 @@ Result<GpuSample> Telemetry::sample(std::uint32_t index, const SampleOptions& op
   return s;
 }
 
+Result<double> Telemetry::power_limit_w(std::uint32_t index) const {
+  GPULAB_TRY(check_index(index));
+  const auto limit = milliwatts_to_w(
+      get<unsigned int>(lib_->api().device_get_enforced_power_limit, handle(devices_[index])));
+  if (!limit) return Status::unsupported(fmt::format("NVML: GPU {} does not report its power limit", index));
+  return *limit;
+}
+
+Result<PowerLimitRange> Telemetry::power_limit_range(std::uint32_t index) const {
+  GPULAB_TRY(check_index(index));
+  const nvml::Api& api = lib_->api();
+  unsigned int min_mw = 0, max_mw = 0;
+  if (api.device_get_power_management_limit_constraints == nullptr ||
+      api.device_get_power_management_limit_constraints(handle(devices_[index]), &min_mw, &max_mw) !=
+          nvml::kSuccess) {
+    return Status::unsupported(
+        fmt::format("NVML: GPU {} does not report the range its power limit may be set to", index));
+  }
+  return PowerLimitRange{.min_w = min_mw / 1000.0, .max_w = max_mw / 1000.0};
+}
+
+Status Telemetry::set_power_limit_w(std::uint32_t index, double watts) const {
+  GPULAB_TRY(check_index(index));
+  const nvml::Api& api = lib_->api();
+  if (api.device_set_power_management_limit == nullptr) {
+    return Status::unavailable(
+        "NVML: this driver cannot set power limits (no nvmlDeviceSetPowerManagementLimit)");
+  }
+  if (auto range = power_limit_range(index);
+      range.is_ok() && (watts < range->min_w || watts > range->max_w)) {
+    return Status::invalid_argument(
+        fmt::format("power limit: {:.0f} W is outside GPU {}'s range {:.0f}-{:.0f} W", watts, index,
+                    range->min_w, range->max_w));
+  }
+  const auto mw = static_cast<unsigned int>(watts * 1000.0 + 0.5);
+  const Return r = api.device_set_power_management_limit(handle(devices_[index]), mw);
+  if (r == nvml::kSuccess) return Status::ok();
+  if (r == nvml::kErrorNoPermission) {
+    return Status::unavailable(fmt::format(
+        "NVML: setting GPU {}'s power limit needs root ({}). Run as root, or leave the power limit alone",
+        index, lib_->error_string(r)));
+  }
+  if (r == nvml::kErrorInvalidArgument) {
+    return Status::invalid_argument(fmt::format("power limit: NVML refused {:.0f} W for GPU {} ({})", watts,
+                                                index, lib_->error_string(r)));
+  }
+  return Status::unavailable(
+      fmt::format("NVML: GPU {} cannot have its power limit set ({})", index, lib_->error_string(r)));
+}
+
 std::vector<std::string> decode_clock_event_reasons(std::uint64_t mask) {
   static constexpr std::pair<std::uint64_t, const char*> kNames[] = {
       {clock_event::kGpuIdle, "gpu_idle"},

@@ -37,6 +37,12 @@ struct DeviceInfo {
   DeviceFacts facts;
 };
 
+// The range the power management limit may be set to (nvmlDeviceGetPowerManagementLimitConstraints).
+struct PowerLimitRange {
+  double min_w = 0;
+  double max_w = 0;
+};
+
 struct SampleOptions {
   bool processes = true;  // per-process memory (two extra NVML calls)
 };
@@ -53,6 +59,16 @@ class Telemetry {
   Result<DeviceInfo> device_info(std::uint32_t index) const;
   // One reading. kInvalidArgument for a bad index, kDeviceError when the GPU is lost.
   Result<GpuSample> sample(std::uint32_t index, const SampleOptions& options = {}) const;
+
+  // The enforced power limit now, in watts; kUnsupported when NVML cannot tell.
+  Result<double> power_limit_w(std::uint32_t index) const;
+  // kUnsupported when the driver does not say.
+  Result<PowerLimitRange> power_limit_range(std::uint32_t index) const;
+  // Sets the power management limit (nvmlDeviceSetPowerManagementLimit). It lasts until changed
+  // or the driver reloads, also after this process ends: callers restore what they change.
+  // kInvalidArgument outside power_limit_range; kUnavailable without root (NVML's
+  // NO_PERMISSION) or where the GPU does not allow it, naming the reason.
+  Status set_power_limit_w(std::uint32_t index, double watts) const;
 
  private:
   // kInvalidArgument naming the index and the GPU count when `index` is out of range.

@@ -1,7 +1,7 @@
 // gpulab bench: trtexec-grade timing of a model or plan on the GPU.
 //
 // This file parses and validates the flags (on any build, so bad values get clear errors even
-// without CUDA), then hands over to run_engine_bench (bench_cuda.cc, CUDA builds only), prints
+// without CUDA), then hands over to measure::run_engine_bench (CUDA builds only), prints
 // the summary and writes the JSON / CSV files. Metric definitions: docs/metrics.md.
 #include <cstdio>
 #include <filesystem>
@@ -12,7 +12,6 @@
 
 #include <fmt/format.h>
 
-#include "bench_cuda.h"
 #include "build_flags.h"
 #include "cli.h"
 #include "gpulab/version.h"
@@ -21,6 +20,9 @@
 
 #include "core/file_io.h"
 
+#ifdef GPULAB_HAVE_RUNTIME
+#include "measure/engine_bench.h"
+#endif
 #if defined(GPULAB_HAVE_TELEMETRY) && defined(GPULAB_HAVE_RUNTIME)
 #define GPULAB_BENCH_TELEMETRY 1
 #include "telemetry/sample.h"
@@ -86,18 +88,6 @@ Status check_flags(BenchFlags& f, bool precision_given) {
   return Status::ok();
 }
 
-// The command line as the process received it (for the JSON's environment block).
-std::string process_command_line() {
-  auto text = read_file_text("/proc/self/cmdline");
-  if (!text.is_ok()) return {};
-  std::string out = *text;
-  while (!out.empty() && out.back() == '\0') out.pop_back();
-  for (char& c : out) {
-    if (c == '\0') c = ' ';
-  }
-  return out;
-}
-
 #ifdef GPULAB_BENCH_TELEMETRY
 // NVML's device index is taken to be the CUDA ordinal (true unless CUDA_VISIBLE_DEVICES or
 // CUDA_DEVICE_ORDER reorder the devices; the environment block then names another GPU).
@@ -143,7 +133,7 @@ int run_bench(BenchFlags f, bool precision_given) {
   if (f.model_path.empty() && f.plan_path.empty()) {  // --ceilings alone
     std::vector<measure::Ceilings> ceilings;
     for (const char* p : kPrecisions) {
-      GPULAB_ASSIGN_OR_REPORT(measure::Ceilings c, measure_ceilings(f.options.device, p));
+      GPULAB_ASSIGN_OR_REPORT(measure::Ceilings c, measure::measure_ceilings(f.options.device, p));
       ceilings.push_back(std::move(c));
     }
     fmt::print("Ceilings of GPU {} (gpulab bench --ceilings):\n", f.options.device);
@@ -156,7 +146,7 @@ int run_bench(BenchFlags f, bool precision_given) {
                "bytes read + written; docs/metrics.md");
     return 0;
   }
-  EngineBenchRequest request;
+  measure::EngineBenchRequest request;
   request.model_path = f.model_path;
   request.plan_path = f.plan_path;
   request.precision = f.precision;
@@ -165,7 +155,7 @@ int run_bench(BenchFlags f, bool precision_given) {
 #ifdef GPULAB_BENCH_TELEMETRY
   request.read_gpu_state = read_gpu_state;
 #endif
-  GPULAB_ASSIGN_OR_REPORT(measure::BenchResult result, run_engine_bench(f.options, request));
+  GPULAB_ASSIGN_OR_REPORT(measure::BenchResult result, measure::run_engine_bench(f.options, request));
   result.model = f.model_path.empty() ? f.plan_path : f.model_path;
   result.environment.gpulab_version = GPULAB_VERSION;
   result.environment.command_line = f.command_line;

@@ -26,6 +26,10 @@ int report(const Status& status);
   if (!tmp.is_ok()) return ::gpulab::cli::report(tmp.status()); \
   decl = std::move(tmp).value()
 
+// The command line as the process received it (for the environment block of JSON results); ""
+// when /proc/self/cmdline cannot be read.
+std::string process_command_line();
+
 // Makes `sub` run `body` when it is chosen; a non-zero return ends the process with that code
 // (after CLI11 has finished, so output is flushed and destructors run).
 void on_run(CLI::App* sub, std::function<int()> body);
@@ -38,5 +42,6 @@ void add_build_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_monitor_command(CLI::App& app);
 void add_bandwidth_command(CLI::App& app);
+void add_sweep_command(CLI::App& app);
 
 }  // namespace gpulab::cli

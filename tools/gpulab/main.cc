@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "gpulab/version.h"
 
@@ -12,6 +13,17 @@ int report(const Status& status) {
   std::fflush(stdout);
   std::fprintf(stderr, "gpulab: %s\n", status.to_string().c_str());
   return exit_code_for(status.code());
+}
+
+std::string process_command_line() {
+  auto text = read_file_text("/proc/self/cmdline");
+  if (!text.is_ok()) return {};
+  std::string out = *text;
+  while (!out.empty() && out.back() == '\0') out.pop_back();
+  for (char& c : out) {
+    if (c == '\0') c = ' ';
+  }
+  return out;
 }
 
 void on_run(CLI::App* sub, std::function<int()> body) {
@@ -42,6 +54,7 @@ int main(int argc, char** argv) {
   cli::add_inspect_command(app);
   cli::add_build_command(app);  // without a CUDA build it says so and exits non-zero
   cli::add_bench_command(app);  // always: without a GPU runtime it says so and exits non-zero
+  cli::add_sweep_command(app);  // always: --simulate runs anywhere; a model needs the GPU runtime
 #ifdef GPULAB_HAVE_TELEMETRY
   cli::add_monitor_command(app);
   cli::add_bandwidth_command(app);

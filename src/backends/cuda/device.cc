@@ -19,6 +19,13 @@ Status cuda_status(cudaError_t error, const char* call, const char* file, int li
 }
 
 Status cudnn_status(cudnnStatus_t error, const char* call, const char* file, int line) {
+  if (error == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+      error == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED) {
+    return Status::out_of_memory(
+        fmt::format("{}:{}: {} failed: {} (cuDNN status {}). Free memory or use a smaller "
+                    "batch.",
+                    file, line, call, cudnnGetErrorString(error), static_cast<int>(error)));
+  }
   return Status::device_error(fmt::format("{}:{}: {} failed: {} (cuDNN status {}).", file, line, call,
                                           cudnnGetErrorString(error), static_cast<int>(error)));
 }

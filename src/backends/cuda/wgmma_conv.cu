@@ -9,11 +9,11 @@
 //   ws14      warp-specialised (before wgmma_conv3x3_ws_kernel), the weights in shared memory: a
 //             producer warpgroup keeps a ring of six patch buffers full, two consumer warpgroups
 //             take turns with MMAs and epilogues. The fastest on layer1 at batch 1, 32, 128, 256.
-// (Stops 12 and 13 also had wg2/wg3, pixels x channels on m64n64k16; rs16 and rs14r5, rs14 with
+// (Earlier versions also had wg2/wg3, pixels x channels on m64n64k16; rs16 and rs14r5, rs14 with
 // N = 128 or five buffers; ps14, rs14 with the weights in shared memory and two accumulator sets.
-// None of them won a layer at batch 1 to 256 in stop 14's tactic timing. Stop 14 also tried ws14
-// with three consumers, and with the residual loaded while the MMAs run: neither moved layer1 by
-// more than 1%. docs/performance.md has their numbers.)
+// None of them won a layer at batch 1 to 256 in tactic timing on the H200, and fab23d3 removed
+// them. ws14 with three consumers, and with the residual loaded while the MMAs run, moved layer1
+// by less than 1%. docs/performance.md's "what we tried" lists them.)
 //
 // Shared memory:
 //   weights  per K step of 16: two K halves [64 output channels][16 bytes] (1 KB each; the
@@ -145,8 +145,8 @@ __device__ __forceinline__ void copy_weights(const Params& p, unsigned char* wts
 // the whole kernel, 36 K steps x 4 registers per thread; ws: in shared memory), the patch is its B
 // operand. A unit is kRows output rows x 8 columns, and one wgmma per K step covers it all: N =
 // 8 kRows = 112 pixels, the 8-pixel groups one patch row (160 bytes) apart. Wide N is what the
-// tensor cores need to run near their rate (the m64n64 pixels x channels instructions of stop 12
-// reached 37% of it in Nsight Compute).
+// tensor cores need to run near their rate (the m64n64 pixels x channels instructions of the first
+// version, c9ebd4c, reached 37% of it in Nsight Compute).
 // The accumulators hold channels x pixels, so the epilogue adds the bias, rounds to float16 and
 // transposes through shared memory (stmatrix.trans into a staging tile), then adds the residual
 // and stores 16-byte pixel rows. (The convolution plus bias is rounded to float16 before the

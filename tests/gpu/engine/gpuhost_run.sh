@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU-host session for the engine, inside a fixed time budget: configure, build the engine's
+# One run on the GPU host for the engine, inside a fixed time budget: configure, build the engine's
 # test and example first (model fixtures generated meanwhile with the host's torch), the other
 # gpu-labelled tests next, run every gpu-labelled test, then time ResNet-18 (FP16, CUDA graphs,
 # batch 256 with a per-layer profile, and batch 1). Run from the project root after

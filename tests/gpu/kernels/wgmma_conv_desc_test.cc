@@ -116,7 +116,7 @@ TEST(WgmmaConvDesc, TacticsAreNamedForTheConvStep) {
 }
 
 // A plan or timing cache from an older gpulab may name a variant this one no longer has (ps14 was
-// removed in stop 14): refused by name, so that the engine refuses the plan and tactic timing times
+// removed in fab23d3): refused by name, so that the engine refuses the plan and tactic timing times
 // the layer again, instead of failing at the first launch.
 TEST(WgmmaConvDesc, RemovedVariantsAreNotKnownTactics) {
   for (std::string_view t : {"wgmma-conv3x3:ps14", "wgmma-conv3x3:wg2", "wgmma-conv3x3:"}) {

@@ -140,5 +140,115 @@ TEST(LowerViews, ShuffleNetUnit) {
   EXPECT_GE(count(plan, StepKind::kCopy), 1) << "the shuffle is a layout step";
 }
 
+// ConvNeXt's block: depthwise conv -> to NHWC (a view) -> LayerNorm -> Linear + GELU -> Linear ->
+// layer scale -> back to NCHW (a view) -> + input, then a strided conv reading the result.
+TEST(LowerViews, ConvNeXtBlockNeedsNoLayoutSteps) {
+  Graph g = image_graph(Shape{Shape::kBatch, 8, 6, 6});
+  g.initializers["dw"] = normal_tensor(Shape{8, 1, 7, 7}, 1, 0.3f);
+  g.initializers["ln.w"] = normal_tensor(Shape{8}, 2, 0.5f);
+  g.initializers["ln.b"] = normal_tensor(Shape{8}, 3, 0.1f);
+  g.initializers["fc1"] = normal_tensor(Shape{8, 32}, 4, 0.3f);
+  g.initializers["fc1.b"] = normal_tensor(Shape{32}, 5, 0.1f);
+  g.initializers["fc2"] = normal_tensor(Shape{32, 8}, 6, 0.3f);
+  g.initializers["fc2.b"] = normal_tensor(Shape{8}, 7, 0.1f);
+  g.initializers["gamma"] = normal_tensor(Shape{8, 1, 1}, 8, 0.5f);
+  g.initializers["down"] = normal_tensor(Shape{16, 8, 2, 2}, 9, 0.3f);
+  g.initializers["fc"] = normal_tensor(Shape{10, 16}, 10, 0.3f);
+  ConvAttrs down;
+  down.kernel = {2, 2};
+  down.stride = {2, 2};
+  g.nodes = {
+      Node{"dw", OpType::kConv, {"input", "dw"}, {"c"}, conv_attrs(7, 8)},
+      Node{"to_nhwc", OpType::kTranspose, {"c"}, {"t"}, TransposeAttrs{{0, 2, 3, 1}}},
+      Node{"ln", OpType::kLayerNormalization, {"t", "ln.w", "ln.b"}, {"n"}, LayerNormAttrs{-1, 1e-6f}},
+      Node{"fc1", OpType::kMatMul, {"n", "fc1"}, {"h0"}, {}},
+      Node{"fc1.bias", OpType::kAdd, {"fc1.b", "h0"}, {"h1"}, {}},
+      Node{"gelu", OpType::kGelu, {"h1"}, {"h"}, GeluAttrs{}},
+      Node{"fc2", OpType::kMatMul, {"h", "fc2"}, {"o0"}, {}},
+      Node{"fc2.bias", OpType::kAdd, {"fc2.b", "o0"}, {"o"}, {}},
+      Node{"to_nchw", OpType::kTranspose, {"o"}, {"b"}, TransposeAttrs{{0, 3, 1, 2}}},
+      Node{"scale", OpType::kMul, {"gamma", "b"}, {"s"}, {}},
+      Node{"residual", OpType::kAdd, {"s", "input"}, {"r"}, {}},
+      Node{"down", OpType::kConv, {"r", "down"}, {"d"}, down},
+      Node{"gap", OpType::kGlobalAveragePool, {"d"}, {"p"}, {}},
+      Node{"flat", OpType::kFlatten, {"p"}, {"f"}, FlattenAttrs{1}},
+      Node{"fc", OpType::kGemm, {"f", "fc"}, {"logits"}, GemmAttrs{1, 1, false, true}},
+  };
+  g.outputs = {"logits"};
+  const Plan plan = check(g);
+  EXPECT_EQ(count(plan, StepKind::kCopy), 0) << "the transposes are views of NHWC";
+  EXPECT_EQ(count(plan, StepKind::kLinear), 2);
+  EXPECT_EQ(count(plan, StepKind::kLayerNorm), 1);
+  for (const PlanStep& s : plan.steps)
+    if (s.kind == StepKind::kLinear && s.name == "fc1") {
+      EXPECT_EQ(s.pointwise, PointwiseFn::kGelu);
+    }
+}
+
+// A ViT encoder block: class token and position embedding, LayerNorm, packed QKV projection, heads
+// split by Reshape/Transpose, scaled dot-product attention, heads merged, projection + residual, MLP.
+TEST(LowerViews, VitEncoderBlockWithAttention) {
+  const int64_t t = 5, c = 8, heads = 2, d = c / heads;
+  Graph g = image_graph(Shape{Shape::kBatch, 3, 4, 4});
+  g.initializers["patch"] = normal_tensor(Shape{c, 3, 2, 2}, 1, 0.3f);
+  g.initializers["cls"] = normal_tensor(Shape{1, 1, c}, 2, 0.5f);
+  g.initializers["pos"] = normal_tensor(Shape{1, t, c}, 3, 0.5f);
+  g.initializers["ln.w"] = normal_tensor(Shape{c}, 4, 0.5f);
+  g.initializers["qkv"] = normal_tensor(Shape{c, 3 * c}, 5, 0.4f);
+  g.initializers["qkv.b"] = normal_tensor(Shape{3 * c}, 6, 0.1f);
+  g.initializers["proj"] = normal_tensor(Shape{c, c}, 7, 0.4f);
+  g.initializers["head"] = normal_tensor(Shape{10, c}, 8, 0.3f);
+  ints(g, "tokens_shape", {0, c, t - 1});
+  ints(g, "heads_shape", {0, t, 3, heads, d});
+  ints(g, "merge_shape", {0, t, c});
+  ints(g, "expand_shape", {1, 1});
+  ints(g, "zero", {0});
+  g.initializers["zero_scalar"] = Tensor::from_int64s(Shape{}, std::vector<int64_t>{0});
+  g.initializers["one_scalar"] = Tensor::from_int64s(Shape{}, std::vector<int64_t>{1});
+  g.initializers["two_scalar"] = Tensor::from_int64s(Shape{}, std::vector<int64_t>{2});
+  ConvAttrs patch;
+  patch.kernel = {2, 2};
+  patch.stride = {2, 2};
+  g.nodes = {
+      Node{"patch", OpType::kConv, {"input", "patch"}, {"pe"}, patch},  // [N, 8, 2, 2]: 4 tokens
+      Node{"flatten", OpType::kReshape, {"pe", "tokens_shape"}, {"pf"}, ReshapeAttrs{}},
+      Node{"tokens", OpType::kTranspose, {"pf"}, {"tok"}, TransposeAttrs{{0, 2, 1}}},
+      Node{"shape", OpType::kShape, {"input"}, {"s"}, {}},
+      Node{"batch", OpType::kGather, {"s", "zero"}, {"n"}, AxisAttrs{0}},
+      Node{"cls_shape", OpType::kConcat, {"n", "expand_shape"}, {"es"}, AxisAttrs{0}},
+      Node{"cls_expand", OpType::kExpand, {"cls", "es"}, {"ce"}, {}},
+      Node{"prepend", OpType::kConcat, {"ce", "tok"}, {"x0"}, AxisAttrs{1}},
+      Node{"pos", OpType::kAdd, {"x0", "pos"}, {"x"}, {}},
+      Node{"ln", OpType::kLayerNormalization, {"x", "ln.w"}, {"n1"}, LayerNormAttrs{-1, 1e-6f}},
+      Node{"qkv", OpType::kMatMul, {"n1", "qkv"}, {"qkv0"}, {}},
+      Node{"qkv.bias", OpType::kAdd, {"qkv0", "qkv.b"}, {"qkv1"}, {}},
+      Node{"split_heads", OpType::kReshape, {"qkv1", "heads_shape"}, {"h5"}, ReshapeAttrs{}},
+      Node{"heads_first", OpType::kTranspose, {"h5"}, {"h5t"}, TransposeAttrs{{2, 0, 3, 1, 4}}},
+      Node{"q", OpType::kGather, {"h5t", "zero_scalar"}, {"q"}, AxisAttrs{0}},
+      Node{"k", OpType::kGather, {"h5t", "one_scalar"}, {"k"}, AxisAttrs{0}},
+      Node{"v", OpType::kGather, {"h5t", "two_scalar"}, {"v"}, AxisAttrs{0}},
+      Node{"kt", OpType::kTranspose, {"k"}, {"kt"}, TransposeAttrs{{0, 1, 3, 2}}},
+      Node{"qk", OpType::kMatMul, {"q", "kt"}, {"qk"}, {}},
+      Node{"scale", OpType::kDiv, {"qk", "sqrt_d"}, {"qks"}, {}},
+      Node{"softmax", OpType::kSoftmax, {"qks"}, {"p"}, AxisAttrs{-1}},
+      Node{"pv", OpType::kMatMul, {"p", "v"}, {"o"}, {}},
+      Node{"merge", OpType::kTranspose, {"o"}, {"ot"}, TransposeAttrs{{0, 2, 1, 3}}},
+      Node{"merge_heads", OpType::kReshape, {"ot", "merge_shape"}, {"om"}, ReshapeAttrs{}},
+      Node{"proj", OpType::kMatMul, {"om", "proj"}, {"pr"}, {}},
+      Node{"residual", OpType::kAdd, {"pr", "x"}, {"y"}, {}},
+      Node{"select_cls", OpType::kGather, {"y", "zero_scalar"}, {"cls_out"}, AxisAttrs{1}},
+      Node{"head", OpType::kGemm, {"cls_out", "head"}, {"logits"}, GemmAttrs{1, 1, false, true}},
+  };
+  g.initializers["sqrt_d"] = Tensor::from_floats(Shape{}, std::vector<float>{2.0f});
+  g.outputs = {"logits"};
+  const Plan plan = check(g);
+  EXPECT_EQ(count(plan, StepKind::kAttention), 1);
+  EXPECT_EQ(count(plan, StepKind::kMatMul), 0) << "fused into the attention";
+  for (const PlanStep& s : plan.steps)
+    if (s.kind == StepKind::kLinear && s.name == "proj") {
+      EXPECT_EQ(s.inputs.size(), 2u) << "residual fused";
+    }
+}
+
 }  // namespace
 }  // namespace gpulab

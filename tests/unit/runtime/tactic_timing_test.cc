@@ -51,8 +51,9 @@ TEST(TacticTiming, BatchChunksByDefaultOnlyWhereNothingRanOverTheWholeBatch) {
   // No candidate ran at the max batch (over the workspace limit, out of memory): chunks may.
   EXPECT_TRUE(try_chunks(BatchChunks::kFallback, 1024, kNoLimit));
   EXPECT_TRUE(try_chunks(BatchChunks::kSearch, 1024, kNoLimit));
-  // Something ran: the default does not pay for a second search (stop 20: ResNet-18 FP32 at batch
-  // 1024, 21 ms layers before the workspace limit was raised, chose no chunks after it).
+  // Something ran: the default does not pay for a second search (measured 2026-12-05:
+  // ResNet-18 FP32 at batch 1024, 21 ms layers before the workspace limit was raised, chose no chunks
+  // after it).
   EXPECT_FALSE(try_chunks(BatchChunks::kFallback, 1024, 21.0));
   EXPECT_FALSE(try_chunks(BatchChunks::kOff, 1024, kNoLimit));
 }
@@ -65,7 +66,7 @@ TEST(TacticTiming, BatchChunkSearchTriesLongLayersAboveBatch256) {
   EXPECT_FALSE(try_chunks(BatchChunks::kSearch, 32, kNoLimit));
   EXPECT_FALSE(try_chunks(BatchChunks::kFallback, kChunkImages, kNoLimit));
   // Short layers do not pay for the extra search (ResNet-18 FP16 at batch 1024: 7.2 ms for the whole
-  // network, stop 17).
+  // network on the H200).
   EXPECT_FALSE(try_chunks(BatchChunks::kSearch, 1024, 0.5));
   EXPECT_FALSE(try_chunks(BatchChunks::kSearch, 1024, kChunkSearchMs));
 }

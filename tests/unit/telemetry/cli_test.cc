@@ -110,7 +110,7 @@ TEST_F(GpulabCli, DoctorJsonOnAFakeTree) {
   fs::remove_all(root);
 }
 
-// With the stand-in libnvidia-ml.so.1 (tests/unit/telemetry/fake_nvml.cc: one "NVIDIA H200",
+// With the stand-in libnvidia-ml.so.1 (tests/support/fake_nvml.cc: one "NVIDIA H200",
 // power draw unsupported, no energy/PCIe throughput entry points).
 // Prepended, so that the libraries gpulab itself needs stay found (on the GPU host they live in
 // a prefix named by LD_LIBRARY_PATH).
@@ -172,6 +172,69 @@ TEST_F(GpulabCli, DoctorGpuChecksWithFakeNvml) {
   EXPECT_EQ(by_check["GPU 0 free memory"].at("status"), "pass");
   EXPECT_NE(by_check["GPU 0 free memory"].at("detail").get<std::string>().find("pid 4242 512 MiB"),
             std::string::npos);
+}
+
+// The fake NVML driven by a scenario file (GPULAB_FAKE_NVML_SCENARIO): readings that change over
+// time reach monitor's CSV, and a degraded machine (a PCIe link at x8 gen3 of x16 gen5, hardware
+// thermal slowdown) is what doctor reports, with the fix.
+class FakeNvmlScenario : public GpulabCli {
+ protected:
+  std::string env(const nlohmann::json& scenario) {
+    path_ = fs::temp_directory_path() / ("gpulab-nvml-scenario-" + std::to_string(getpid()) + ".json");
+    std::ofstream(path_) << scenario.dump();
+    return kFakeNvml + " GPULAB_FAKE_NVML_SCENARIO='" + path_.string() + "'";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
+  fs::path path_;
+};
+
+TEST_F(FakeNvmlScenario, MonitorFollowsTheReadingsOverTime) {
+  const nlohmann::json scenario = {
+      {"devices",
+       {{{"name", "NVIDIA L4"},
+         {"readings", {{"power_w", 30}, {"gpu_util_pct", 0}, {"pcie_rx_kb_s", 0}}},
+         {"phases",
+          {{{"after_ms", 150},
+            {"readings", {{"power_w", 70}, {"gpu_util_pct", 97}, {"pcie_rx_kb_s", 900000}}}}}}}}}};
+  const CliRun r =
+      run_gpulab("monitor --csv --count 6 --interval-ms 50 --fields name,power.draw,utilization.gpu,pcie.rx",
+                 env(scenario));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.out.find("NVIDIA L4, 30.00, 0, 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NVIDIA L4, 70.00, 97, 900000"), std::string::npos) << r.out;
+}
+
+TEST_F(FakeNvmlScenario, DoctorReportsADegradedLinkAndThermalSlowdown) {
+  const nlohmann::json scenario = {
+      {"devices",
+       {{{"pcie_gen_max", 5},
+         {"pcie_width_max", 16},
+         {"readings", {{"pcie_gen", 3}, {"pcie_width", 8}, {"clock_event_reasons", 0x40}}}}}}};
+  const CliRun r = run_gpulab("doctor --json --no-libraries --pcie-load-ms 0", env(scenario));
+  const auto doc = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(doc.is_array()) << r.output;
+  std::map<std::string, nlohmann::json> by_check;
+  for (const auto& f : doc) by_check[f.at("check").get<std::string>()] = f;
+  EXPECT_EQ(by_check["GPU 0 PCIe link"].at("status"), "warn") << by_check["GPU 0 PCIe link"];
+  EXPECT_NE(by_check["GPU 0 PCIe link"].at("detail").get<std::string>().find("x8 gen3 instead of x16 gen5"),
+            std::string::npos);
+  EXPECT_EQ(by_check["GPU 0 clock-event reasons"].at("status"), "fail");
+  EXPECT_EQ(by_check["GPU 0 clock-event reasons"].at("detail"), "hw_thermal_slowdown");
+  EXPECT_NE(by_check["GPU 0 clock-event reasons"].at("fix").get<std::string>().find("check cooling"),
+            std::string::npos);
+  EXPECT_EQ(r.exit_code, 1);  // a check failed
+}
+
+TEST_F(FakeNvmlScenario, AMalformedScenarioFailsNvmlInit) {
+  path_ = fs::temp_directory_path() / ("gpulab-nvml-scenario-" + std::to_string(getpid()) + ".json");
+  std::ofstream(path_) << "{not json";
+  const CliRun r =
+      run_gpulab("monitor --count 1", kFakeNvml + " GPULAB_FAKE_NVML_SCENARIO='" + path_.string() + "'");
+  EXPECT_EQ(r.exit_code, 8) << r.output;
+  EXPECT_NE(r.err.find("nvmlInit failed"), std::string::npos) << r.err;
 }
 
 }  // namespace

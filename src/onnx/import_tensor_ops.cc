@@ -1,11 +1,15 @@
-#include "onnx/convert_tensor_ops.h"
-
+// The converters of the ops the transformer classifiers and ShuffleNet export to (Transpose, Slice,
+// Split, Squeeze, Sub/Div/Pow/Mod/Equal/Not/Where/Max/Min, Sqrt/Erf/Tanh/Exp/Neg, ReduceMean/ReduceL2,
+// LayerNormalization, Gelu, Cast, Expand, ConstantOfShape, Range, ScatterND, Pad) and Einsum, which
+// becomes MatMul (and Transpose). Each refuses, naming the node, what gpulab cannot run.
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
 
-namespace gpulab {
+#include "onnx/import_internal.h"
+
+namespace gpulab::onnx_import {
 namespace {
 
 // gpulab holds int32 values as int64 and float64/float16 as float32 (onnx_import.cc's
@@ -71,10 +75,9 @@ Result<double> scalar_of(const onnx::TensorProto& t, const std::string& where) {
 }
 
 // An int64 constant input, as a vector.
-Result<std::vector<int64_t>> ints_input(const ConstantInput& constant, int i, const std::string& where,
-                                        const char* what) {
-  GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant(i, what));
-  if (t->dtype() != DataType::kInt64) return Status::invalid_model(where + ": " + what + " must be int64.");
+Result<std::vector<int64_t>> ints_input(const NodeContext& c, int i, const char* what) {
+  GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant_input(c, i, what));
+  if (t->dtype() != DataType::kInt64) return Status::invalid_model(c.where + ": " + what + " must be int64.");
   return std::vector<int64_t>(t->i64().begin(), t->i64().end());
 }
 
@@ -82,21 +85,22 @@ bool has_input(const onnx::NodeProto& n, int i) {
   return n.input_size() > i && !n.input(i).empty();
 }
 
-Status read_reduce(const onnx::NodeProto& n, const std::string& where, int64_t opset, AttrReader& attrs,
-                   const ConstantInput& constant, Node& node) {
+Status read_reduce(const NodeContext& c, Node& node) {
+  const onnx::NodeProto& n = c.n;
+  AttrReader& attrs = c.attrs;
   ReduceAttrs a;
   GPULAB_ASSIGN_OR_RETURN(int64_t keepdims, attrs.get_int("keepdims", 1));
   a.keepdims = keepdims != 0;
-  if (opset < 18) {
+  if (c.opset < 18) {
     GPULAB_ASSIGN_OR_RETURN(auto axes, attrs.get_ints("axes"));
     if (axes) a.axes = *axes;
   } else {
     GPULAB_ASSIGN_OR_RETURN(int64_t noop, attrs.get_int("noop_with_empty_axes", 0));
     if (has_input(n, 1)) {
-      GPULAB_ASSIGN_OR_RETURN(a.axes, ints_input(constant, 1, where, "axes"));
+      GPULAB_ASSIGN_OR_RETURN(a.axes, ints_input(c, 1, "axes"));
     }
     if (a.axes.empty() && noop != 0)
-      return Status::unsupported(where + ": noop_with_empty_axes=1 without axes is not supported.");
+      return Status::unsupported(c.where + ": noop_with_empty_axes=1 without axes is not supported.");
   }
   node.inputs.resize(1);
   node.attrs = a;
@@ -139,8 +143,16 @@ bool is_tensor_op(OpType op) {
   }
 }
 
-Status read_tensor_op(const onnx::NodeProto& n, const std::string& where, int64_t opset, AttrReader& attrs,
-                      const ConstantInput& constant, Node& node) {
+Status convert_tensor_op(OpType op, const NodeContext& c, ConvertedNode& out) {
+  const onnx::NodeProto& n = c.n;
+  const std::string& where = c.where;
+  const int64_t opset = c.opset;
+  AttrReader& attrs = c.attrs;
+  Node& node = out.node;
+  if (op == OpType::kLayerNormalization) {
+    GPULAB_TRY(refuse_used_output(c, 1, "Mean"));
+    GPULAB_TRY(refuse_used_output(c, 2, "InvStdDev"));
+  }
   auto need_inputs = [&](int count) -> Status {
     for (int i = 0; i < count; ++i)
       if (!has_input(n, i))
@@ -164,7 +176,7 @@ Status read_tensor_op(const onnx::NodeProto& n, const std::string& where, int64_
         GPULAB_ASSIGN_OR_RETURN(auto split, attrs.get_ints("split"));
         if (split) a.sizes = *split;
       } else if (has_input(n, 1)) {
-        GPULAB_ASSIGN_OR_RETURN(a.sizes, ints_input(constant, 1, where, "split"));
+        GPULAB_ASSIGN_OR_RETURN(a.sizes, ints_input(c, 1, "split"));
       }
       if (opset >= 18) {
         GPULAB_ASSIGN_OR_RETURN(int64_t parts, attrs.get_int("num_outputs", 0));
@@ -183,7 +195,7 @@ Status read_tensor_op(const onnx::NodeProto& n, const std::string& where, int64_
         GPULAB_ASSIGN_OR_RETURN(auto axes, attrs.get_ints("axes"));
         if (axes) a.axes = *axes;
       } else if (has_input(n, 1)) {
-        GPULAB_ASSIGN_OR_RETURN(a.axes, ints_input(constant, 1, where, "axes"));
+        GPULAB_ASSIGN_OR_RETURN(a.axes, ints_input(c, 1, "axes"));
       }
       node.inputs.resize(1);
       node.attrs = a;
@@ -227,7 +239,7 @@ Status read_tensor_op(const onnx::NodeProto& n, const std::string& where, int64_
     case OpType::kExp:
     case OpType::kNeg: break;
     case OpType::kReduceMean:
-    case OpType::kReduceL2: GPULAB_TRY(read_reduce(n, where, opset, attrs, constant, node)); break;
+    case OpType::kReduceL2: GPULAB_TRY(read_reduce(c, node)); break;
     case OpType::kLayerNormalization: {
       LayerNormAttrs a;
       GPULAB_ASSIGN_OR_RETURN(a.axis, attrs.get_int("axis", -1));
@@ -284,8 +296,10 @@ Status read_tensor_op(const onnx::NodeProto& n, const std::string& where, int64_
   return Status::ok();
 }
 
-Result<std::vector<Node>> convert_einsum(const onnx::NodeProto& n, const std::string& name,
-                                         const std::string& where, AttrReader& attrs) {
+Result<std::vector<Node>> convert_einsum(const NodeContext& c, const std::string& name) {
+  const onnx::NodeProto& n = c.n;
+  const std::string& where = c.where;
+  AttrReader& attrs = c.attrs;
   GPULAB_ASSIGN_OR_RETURN(std::string equation, attrs.get_string("equation", ""));
   GPULAB_TRY(attrs.check_all_read());
   std::string eq;
@@ -336,4 +350,4 @@ Result<std::vector<Node>> convert_einsum(const onnx::NodeProto& n, const std::st
   return nodes;
 }
 
-}  // namespace gpulab
+}  // namespace gpulab::onnx_import

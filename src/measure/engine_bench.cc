@@ -1,5 +1,5 @@
-// The GPU half of `gpulab bench` (see bench_cuda.h). Compiled to nothing without the CUDA
-// runtime: the CLI folder globs every .cc, and bench.cc only calls this under the same guard.
+// The GPU half of `gpulab bench` and `gpulab sweep` (see engine_bench.h). Built into the measure
+// library only with CUDA (src/measure/CMakeLists.txt).
 //
 // Each iteration on a stream records four events: [e0] H2D copy [e1] engine enqueue [e2] D2H copy
 // [e3]; H2D = e0..e1, GPU compute = e1..e2, D2H = e2..e3. Without --include-transfers the copies
@@ -7,9 +7,7 @@
 // measure::kMaxInFlightPerStream sets of events, used in turn, because the bench loop queues the
 // next iteration before waiting for the previous one. Input and output buffers are shared by the
 // iterations of one stream: the stream serializes them.
-#ifdef GPULAB_HAVE_RUNTIME
-
-#include "bench_cuda.h"
+#include "measure/engine_bench.h"
 
 #include <array>
 #include <chrono>
@@ -28,10 +26,8 @@
 #include "backends/cuda/cuda_check.h"
 #include "gpulab/engine.h"
 
-namespace gpulab::cli {
+namespace gpulab::measure {
 namespace {
-
-using measure::kMaxInFlightPerStream;
 
 constexpr int kEventsPerIteration = 4;
 
@@ -77,7 +73,7 @@ Status setup_stream(StreamState& s, Engine& engine, int64_t input_elems, int64_t
   GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_input), in_bytes));
   GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_logits), out_bytes));
   // A fixed pseudo-random input in [-1, 1): real-looking data, the same every run.
-  measure::fill_bench_input(std::span<float>(s.h_input, static_cast<size_t>(input_elems)));
+  fill_bench_input(std::span<float>(s.h_input, static_cast<size_t>(input_elems)));
   GPULAB_CUDA_TRY(cudaMemcpyAsync(s.d_input, s.h_input, in_bytes, cudaMemcpyHostToDevice, s.stream));
   GPULAB_CUDA_TRY(cudaStreamSynchronize(s.stream));
   for (auto& set : s.events) {
@@ -202,17 +198,19 @@ Result<double> measure_gemm_tflops(cudaStream_t stream, const std::string& preci
   return 2.0 * static_cast<double>(kN * kN * kN) * kIterations / (ms * 1e-3) / 1e12;
 }
 
-Status check_device(int device) {
+}  // namespace
+
+Status use_cuda_device(int device, std::string_view command) {
   std::string reason;
   if (!cuda_device_available(&reason)) {
     return Status::unavailable(
-        fmt::format("bench: no usable GPU ({}). Run `gpulab doctor` to see why; `gpulab classify --device "
+        fmt::format("{}: no usable GPU ({}). Run `gpulab doctor` to see why; `gpulab classify --device "
                     "cpu` runs on the CPU.",
-                    reason));
+                    command, reason));
   }
   int count = 0;
   GPULAB_CUDA_TRY(cudaGetDeviceCount(&count));
-  if (device >= count) {
+  if (device < 0 || device >= count) {
     return Status::invalid_argument(
         fmt::format("--device: {} but this machine has {} CUDA device{} (0..{}). Pick one that nvidia-smi "
                     "lists.",
@@ -222,64 +220,62 @@ Status check_device(int device) {
   return Status::ok();
 }
 
-}  // namespace
-
-Result<measure::Ceilings> measure_ceilings(int device, const std::string& precision) {
-  GPULAB_TRY(check_device(device));
+Result<Ceilings> measure_ceilings(int device, const std::string& precision) {
+  GPULAB_TRY(use_cuda_device(device, "bench"));
   cudaStream_t stream = nullptr;
   GPULAB_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> guard(stream, cudaStreamDestroy);
-  measure::Ceilings c;
+  Ceilings c;
   GPULAB_ASSIGN_OR_RETURN(c.memory_gb_s, measure_copy_gb_s(stream));
   GPULAB_ASSIGN_OR_RETURN(c.tflops, measure_gemm_tflops(stream, precision));
   c.source = fmt::format("measured: device copy 512 MiB, cuBLASLt {} GEMM 8192^3", precision);
   return c;
 }
 
-Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& options,
-                                              const EngineBenchRequest& request) {
-  GPULAB_TRY(measure::validate(options));
-  GPULAB_TRY(check_device(options.device));
+// ---- EngineStreams --------------------------------------------------------------------------------
 
-  std::shared_ptr<Engine> engine;
-  const auto plan_start = std::chrono::steady_clock::now();
-  if (!request.plan_path.empty()) {
-    GPULAB_ASSIGN_OR_RETURN(engine, Engine::load(request.plan_path, options.device));
-  } else {
-    GPULAB_ASSIGN_OR_RETURN(const Precision precision, parse_precision(request.precision));
-    BuildOptions build = request.build;
-    build.precision = precision;
-    build.max_batch = options.batch;
-    build.device = options.device;
-    GPULAB_ASSIGN_OR_RETURN(engine, Engine::build_from_onnx(request.model_path, build));
-  }
-  const double plan_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
-  const EngineInfo& info = engine->info();
-  if (options.batch > info.max_batch) {
+struct EngineStreams::Stream : StreamState {};
+
+Result<std::unique_ptr<EngineStreams>> EngineStreams::create(Engine& engine, int streams, int64_t batch) {
+  const EngineInfo& info = engine.info();
+  if (batch > info.max_batch) {
     return Status::invalid_argument(
         fmt::format("--batch: {} is above the plan's max batch {}. Rebuild with `gpulab build --max-batch "
                     "{}` or lower --batch.",
-                    options.batch, info.max_batch, options.batch));
+                    batch, info.max_batch, batch));
   }
   if (info.input_shape.rank() != 4) {
     return Status::internal(
         fmt::format("bench: the engine's input has rank {}, expected NCHW.", info.input_shape.rank()));
   }
+  std::unique_ptr<EngineStreams> out(new EngineStreams());
   const int64_t per_image = info.input_shape[1] * info.input_shape[2] * info.input_shape[3];
-  const int64_t input_elems = options.batch * per_image;
-  const int64_t logit_elems = options.batch * info.num_classes;
-
-  std::vector<std::unique_ptr<StreamState>> streams;
-  for (int i = 0; i < options.streams; ++i) {
-    streams.push_back(std::make_unique<StreamState>());
-    GPULAB_TRY(setup_stream(*streams.back(), *engine, input_elems, logit_elems)
+  out->per_image_elems_ = per_image;
+  out->classes_ = info.num_classes;
+  out->batch_ = batch;
+  for (int i = 0; i < streams; ++i) {
+    out->streams_.push_back(std::make_unique<Stream>());
+    GPULAB_TRY(setup_stream(*out->streams_.back(), engine, batch * per_image, batch * info.num_classes)
                    .with_context(fmt::format("bench: setting up stream {}", i)));
   }
+  return out;
+}
 
-  measure::BenchHooks hooks;
-  hooks.enqueue = [&](int index) -> Status {
-    StreamState& s = *streams[static_cast<size_t>(index)];
+EngineStreams::~EngineStreams() = default;
+
+BenchHooks EngineStreams::hooks(const BenchOptions& options) {
+  BenchHooks hooks;
+  if (options.batch > batch_) {
+    hooks.enqueue = [this, options](int) {
+      return Status::internal(
+          fmt::format("bench: batch {} above the {} the streams were made for", options.batch, batch_));
+    };
+    return hooks;
+  }
+  const int64_t input_elems = per_image_elems_ * options.batch;
+  const int64_t logit_elems = classes_ * options.batch;
+  hooks.enqueue = [this, options, input_elems, logit_elems](int index) -> Status {
+    Stream& s = *streams_[static_cast<size_t>(index)];
     const int slot = s.next_slot;
     s.next_slot = (s.next_slot + 1) % kMaxInFlightPerStream;
     auto& ev = s.events[static_cast<size_t>(slot)];
@@ -304,8 +300,8 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
     s.in_flight.push_back(slot);
     return Status::ok();
   };
-  hooks.wait = [&](int index) -> Result<measure::DeviceTimes> {
-    StreamState& s = *streams[static_cast<size_t>(index)];
+  hooks.wait = [this](int index) -> Result<DeviceTimes> {
+    Stream& s = *streams_[static_cast<size_t>(index)];
     if (s.in_flight.empty()) return Status::internal("bench: wait without an outstanding iteration");
     const auto& ev = s.events[static_cast<size_t>(s.in_flight.front())];
     s.in_flight.pop_front();
@@ -314,62 +310,114 @@ Result<measure::BenchResult> run_engine_bench(const measure::BenchOptions& optio
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&h2d, ev[0], ev[1]));
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&compute, ev[1], ev[2]));
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&d2h, ev[2], ev[3]));
-    return measure::DeviceTimes{.h2d_ms = h2d, .compute_ms = compute, .d2h_ms = d2h};
+    return DeviceTimes{.h2d_ms = h2d, .compute_ms = compute, .d2h_ms = d2h};
   };
+  return hooks;
+}
 
-  std::optional<measure::GpuState> start_state, end_state;
-  if (request.read_gpu_state) start_state = request.read_gpu_state(options.device);
-  GPULAB_ASSIGN_OR_RETURN(measure::BenchResult result, measure::run_bench_loop(options, hooks));
-  if (!options.output_path.empty()) {
-    // The first stream's last inference: every iteration computes the same logits.
-    StreamState& s = *streams.front();
-    GPULAB_CUDA_TRY(cudaStreamSynchronize(s.stream));
-    measure::BenchOutput out{.batch = options.batch, .classes = info.num_classes};
-    out.logits.resize(static_cast<size_t>(logit_elems));
-    GPULAB_CUDA_TRY(
-        cudaMemcpy(out.logits.data(), s.d_logits, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    result.output = std::move(out);
-  }
-  result.plan_source = request.plan_path.empty() ? "build" : "load";
-  result.plan_seconds = plan_seconds;
-  if (request.read_gpu_state) end_state = request.read_gpu_state(options.device);
+Result<BenchOutput> EngineStreams::first_output(int64_t batch) {
+  Stream& s = *streams_.front();
+  GPULAB_CUDA_TRY(cudaStreamSynchronize(s.stream));
+  BenchOutput out{.batch = batch, .classes = classes_};
+  out.logits.resize(static_cast<size_t>(batch * classes_));
+  GPULAB_CUDA_TRY(
+      cudaMemcpy(out.logits.data(), s.d_logits, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return out;
+}
 
-  result.precision = std::string(precision_name(info.precision));
-  measure::BenchEnvironment& env = result.environment;
+Result<std::vector<LayerTime>> EngineStreams::profile(int64_t batch, int iterations) {
+  return streams_.front()->context->profile(batch, iterations);
+}
+
+void fill_cuda_environment(const EngineInfo& info, BenchEnvironment& env) {
   env.gpu_name = info.gpu_name;
   env.compute_capability = info.compute_capability;
   env.cuda_runtime_version = cuda_runtime_version();
   env.cuda_driver_version = cuda_driver_version();
   env.cudnn_version = static_cast<int>(cudnnGetVersion());
   env.cublas_version = static_cast<int>(cublasLtGetVersion());
-  env.start = start_state;
-  env.end = end_state;
+}
 
+// ---- gpulab bench --------------------------------------------------------------------------------
+
+namespace {
+
+// The engine of the run: loaded from the plan file, or built from the model for the bench's
+// batch; `plan_seconds` is how long that took.
+Result<std::shared_ptr<Engine>> load_or_build_engine(const BenchOptions& options,
+                                                     const EngineBenchRequest& request,
+                                                     double& plan_seconds) {
+  std::shared_ptr<Engine> engine;
+  const auto plan_start = std::chrono::steady_clock::now();
+  if (!request.plan_path.empty()) {
+    GPULAB_ASSIGN_OR_RETURN(engine, Engine::load(request.plan_path, options.device));
+  } else {
+    GPULAB_ASSIGN_OR_RETURN(const Precision precision, parse_precision(request.precision));
+    BuildOptions build = request.build;
+    build.precision = precision;
+    build.max_batch = options.batch;
+    build.device = options.device;
+    GPULAB_ASSIGN_OR_RETURN(engine, Engine::build_from_onnx(request.model_path, build));
+  }
+  plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
+  return engine;
+}
+
+// Per-layer times (ExecutionContext::profile) joined with the plan's layer facts.
+Result<std::vector<LayerProfileRow>> profile_layers(EngineStreams& streams, const BenchOptions& options,
+                                                    const EngineInfo& info,
+                                                    const std::optional<Ceilings>& ceilings) {
+  GPULAB_ASSIGN_OR_RETURN(const std::vector<LayerTime> times,
+                          streams.profile(options.batch, options.profile_iterations));
+  std::vector<LayerTiming> layers;
+  for (const LayerTime& t : times) {
+    LayerTiming l{.name = t.name, .gpu_ms = t.gpu_ms};
+    for (const LayerInfo& li : info.layers) {
+      if (li.name != t.name) continue;
+      l.kind = li.kind;
+      l.tactic = li.tactic;
+      l.precision = std::string(precision_name(li.precision));
+      l.flops = li.flops_per_image * static_cast<double>(options.batch);
+      l.bytes = static_cast<double>(li.bytes_per_image * options.batch + li.param_bytes);
+      break;
+    }
+    layers.push_back(std::move(l));
+  }
+  return make_profile(layers, ceilings);
+}
+
+}  // namespace
+
+Result<BenchResult> run_engine_bench(const BenchOptions& options, const EngineBenchRequest& request) {
+  GPULAB_TRY(validate(options));
+  GPULAB_TRY(use_cuda_device(options.device, "bench"));
+  double plan_seconds = 0;
+  GPULAB_ASSIGN_OR_RETURN(const std::shared_ptr<Engine> engine,
+                          load_or_build_engine(options, request, plan_seconds));
+  const EngineInfo& info = engine->info();
+  GPULAB_ASSIGN_OR_RETURN(auto streams, EngineStreams::create(*engine, options.streams, options.batch));
+
+  std::optional<GpuState> start_state, end_state;
+  if (request.read_gpu_state) start_state = request.read_gpu_state(options.device);
+  GPULAB_ASSIGN_OR_RETURN(BenchResult result, run_bench_loop(options, streams->hooks(options)));
+  if (!options.output_path.empty()) {
+    GPULAB_ASSIGN_OR_RETURN(result.output, streams->first_output(options.batch));
+  }
+  result.plan_source = request.plan_path.empty() ? "build" : "load";
+  result.plan_seconds = plan_seconds;
+  if (request.read_gpu_state) end_state = request.read_gpu_state(options.device);
+
+  result.precision = std::string(precision_name(info.precision));
+  fill_cuda_environment(info, result.environment);
+  result.environment.start = start_state;
+  result.environment.end = end_state;
   if (request.measure_ceilings) {
     GPULAB_ASSIGN_OR_RETURN(result.ceilings, measure_ceilings(options.device, result.precision));
   }
   if (options.profile) {
-    GPULAB_ASSIGN_OR_RETURN(const std::vector<LayerTime> times,
-                            streams.front()->context->profile(options.batch, options.profile_iterations));
-    std::vector<measure::LayerTiming> layers;
-    for (const LayerTime& t : times) {
-      measure::LayerTiming l{.name = t.name, .gpu_ms = t.gpu_ms};
-      for (const LayerInfo& li : info.layers) {
-        if (li.name != t.name) continue;
-        l.kind = li.kind;
-        l.tactic = li.tactic;
-        l.precision = std::string(precision_name(li.precision));
-        l.flops = li.flops_per_image * static_cast<double>(options.batch);
-        l.bytes = static_cast<double>(li.bytes_per_image * options.batch + li.param_bytes);
-        break;
-      }
-      layers.push_back(std::move(l));
-    }
-    result.profile = measure::make_profile(layers, result.ceilings);
+    GPULAB_ASSIGN_OR_RETURN(result.profile, profile_layers(*streams, options, info, result.ceilings));
   }
   return result;
 }
 
-}  // namespace gpulab::cli
-
-#endif  // GPULAB_HAVE_RUNTIME
+}  // namespace gpulab::measure

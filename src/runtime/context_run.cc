@@ -1,0 +1,181 @@
+// ContextImpl's run loop: the plan's steps in order on a stream, eagerly or through a CUDA graph
+// captured per batch size and pointer pair; run() (host tensors) and profile() (per-step times).
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "backends/cuda/cuda_check.h"
+#include "runtime/engine_internal.h"
+#include "runtime/step_launch.h"
+
+namespace gpulab {
+
+Status ContextImpl::launch_step(size_t i, int64_t batch, const BatchState& state, const float* input,
+                                float* logits, cudaStream_t stream) {
+  const Plan& plan = engine_->plan();
+  const PlanStep& step = plan.steps[i];
+  const StepLaunch l{.plan = plan,
+                     .step = step,
+                     .batch = batch,
+                     .arena = static_cast<char*>(arena_.get()),
+                     .value_offsets = offsets_,
+                     .weights = engine_->weight_ptrs(),
+                     .workspace = workspace_.get(),
+                     .stream = stream};
+  switch (step.kind) {
+    case StepKind::kInput: return enqueue_input(l, input);
+    case StepKind::kStem: return enqueue_stem(l, input);
+    case StepKind::kConv:
+      return enqueue_conv(l, {.conv = state.convs[i].get(),
+                              .chunk = state.chunks[i],
+                              .tail = state.tails[i].get(),
+                              .cudnn = libs_.cudnn()});
+    case StepKind::kGemm: return enqueue_gemm(l, *state.gemms[i], libs_.cublaslt(), kGemmWorkspaceBytes);
+    case StepKind::kMaxPool:
+    case StepKind::kAveragePool: return enqueue_pool(l);
+    case StepKind::kGlobalAveragePool: return enqueue_global_avg_pool(l);
+    case StepKind::kAdd:
+    case StepKind::kMul: return enqueue_binary(l);
+    case StepKind::kActivation:
+    case StepKind::kPointwise: return enqueue_unary(l);
+    case StepKind::kConcat: return enqueue_concat(l);
+    case StepKind::kCast: return enqueue_cast(l);
+    case StepKind::kOutput: return enqueue_output(l, logits);
+  }
+  return Status::internal(
+      fmt::format("step {} '{}': unknown step kind {}", i, step.name, static_cast<int>(step.kind)));
+}
+
+Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* input, float* logits,
+                              cudaStream_t stream, const std::vector<cudaEvent_t>* step_events) {
+  const Plan& plan = engine_->plan();
+  GPULAB_TRY(libs_.set_stream(stream));
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const Status status = launch_step(i, batch, state, input, logits, stream);
+    if (!status.is_ok()) return status.with_context(fmt::format("step {} '{}'", i, plan.steps[i].name));
+    if (step_events) GPULAB_CUDA_TRY(cudaEventRecord((*step_events)[i], stream));
+  }
+  return Status::ok();
+}
+
+Status ContextImpl::capture_graph(const EnqueueArgs& args, BatchState& state, cudaStream_t stream) {
+  if (state.exec && state.graph_input == args.input_nchw && state.graph_logits == args.logits)
+    return Status::ok();
+  GPULAB_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Status captured = run_steps(args.batch, state, args.input_nchw, args.logits, stream, nullptr);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (!captured.is_ok()) {
+    if (graph) cudaGraphDestroy(graph);
+    return captured.with_context("capturing a CUDA graph");
+  }
+  GPULAB_CUDA_TRY(end);
+  if (state.exec) cudaGraphExecDestroy(state.exec);
+  state.exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&state.exec, graph, 0);
+  cudaGraphDestroy(graph);
+  GPULAB_CUDA_TRY(inst);
+  state.graph_input = args.input_nchw;
+  state.graph_logits = args.logits;
+  return Status::ok();
+}
+
+Status ContextImpl::enqueue(const EnqueueArgs& args, cudaStream_t stream) {
+  if (!args.input_nchw || !args.logits)
+    return Status::invalid_argument("enqueue: input and logits must be device pointers, got null.");
+  GPULAB_CUDA_TRY(cudaSetDevice(engine_->device()));
+  BatchState* state = nullptr;
+  GPULAB_TRY(prepare(args.batch, &state));
+  last_stream_ = stream;
+  // The legacy default stream cannot be captured; run eagerly there.
+  if (!args.use_cuda_graph || stream == nullptr)
+    return run_steps(args.batch, *state, args.input_nchw, args.logits, stream, nullptr);
+  GPULAB_TRY(capture_graph(args, *state, stream));
+  GPULAB_CUDA_TRY(cudaGraphLaunch(state->exec, stream));
+  return Status::ok();
+}
+
+Result<Tensor> ContextImpl::run(const Tensor& input, bool use_cuda_graph) {
+  const Plan& plan = engine_->plan();
+  const auto& s = input.shape();
+  if (input.dtype() != DataType::kFloat32 || s.rank() != 4 || s[1] != plan.input_channels ||
+      s[2] != plan.input_h || s[3] != plan.input_w)
+    return Status::invalid_argument(fmt::format("run: input is {} {}, the plan takes float32 [N,{},{},{}].",
+                                                dtype_name(input.dtype()), s.to_string(), plan.input_channels,
+                                                plan.input_h, plan.input_w));
+  const int64_t batch = s[0];
+  if (batch < 1 || batch > plan.max_batch)
+    return Status::invalid_argument(
+        fmt::format("run: batch {} is outside 1..{} (the plan's max batch).", batch, plan.max_batch));
+  GPULAB_CUDA_TRY(cudaSetDevice(engine_->device()));
+  // Staging buffers at the plan's max batch, kept for the context's life so that the CUDA graphs
+  // captured for them stay valid.
+  const size_t out_bytes = static_cast<size_t>(batch * plan.num_classes) * 4;
+  if (!run_input_.get()) {
+    const size_t max_in =
+        static_cast<size_t>(plan.max_batch * plan.input_channels * plan.input_h * plan.input_w) * 4;
+    GPULAB_ASSIGN_OR_RETURN(run_input_, cuda::DeviceBuffer::allocate(max_in, "run input"));
+    GPULAB_ASSIGN_OR_RETURN(
+        run_logits_, cuda::DeviceBuffer::allocate(static_cast<size_t>(plan.max_batch * plan.num_classes) * 4,
+                                                  "run logits"));
+  }
+  GPULAB_CUDA_TRY(cudaMemcpyAsync(run_input_.get(), input.data(), input.size_bytes(), cudaMemcpyHostToDevice,
+                                  own_stream_));
+  GPULAB_TRY(enqueue({.input_nchw = run_input_.as<float>(),
+                      .batch = batch,
+                      .logits = run_logits_.as<float>(),
+                      .use_cuda_graph = use_cuda_graph},
+                     own_stream_));
+  Tensor out(DataType::kFloat32, Shape{batch, plan.num_classes});
+  GPULAB_CUDA_TRY(
+      cudaMemcpyAsync(out.data(), run_logits_.get(), out_bytes, cudaMemcpyDeviceToHost, own_stream_));
+  GPULAB_CUDA_TRY(cudaStreamSynchronize(own_stream_));
+  return out;
+}
+
+Result<std::vector<LayerTime>> ContextImpl::profile(int64_t batch, int iterations) {
+  const Plan& plan = engine_->plan();
+  if (iterations < 1) return Status::invalid_argument("profile: iterations must be >= 1.");
+  GPULAB_CUDA_TRY(cudaSetDevice(engine_->device()));
+  BatchState* state = nullptr;
+  GPULAB_TRY(prepare(batch, &state));
+  const size_t in_count = static_cast<size_t>(batch * plan.input_channels * plan.input_h * plan.input_w);
+  std::vector<float> host(in_count);
+  std::mt19937 rng(42);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (auto& v : host) v = dist(rng);
+  GPULAB_ASSIGN_OR_RETURN(auto d_in, cuda::DeviceBuffer::allocate(in_count * 4, "profile input"));
+  GPULAB_ASSIGN_OR_RETURN(auto d_out,
+                          cuda::DeviceBuffer::allocate(batch * plan.num_classes * 4, "profile logits"));
+  GPULAB_CUDA_TRY(cudaMemcpy(d_in.get(), host.data(), in_count * 4, cudaMemcpyHostToDevice));
+  std::vector<cudaEvent_t> events(plan.steps.size() + 1, nullptr);
+  for (auto& e : events) GPULAB_CUDA_TRY(cudaEventCreate(&e));
+  std::vector<std::vector<float>> times(plan.steps.size());
+  const std::vector<cudaEvent_t> after(events.begin() + 1, events.end());
+  Status status;
+  for (int it = 0; it <= iterations && status.is_ok(); ++it) {  // iteration 0 warms up
+    if (cudaEventRecord(events[0], own_stream_) != cudaSuccess) break;
+    status = run_steps(batch, *state, d_in.as<float>(), d_out.as<float>(), own_stream_, &after);
+    if (!status.is_ok() || cudaStreamSynchronize(own_stream_) != cudaSuccess) break;
+    if (it == 0) continue;
+    for (size_t i = 0; i < plan.steps.size(); ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, events[i], events[i + 1]);
+      times[i].push_back(ms);
+    }
+  }
+  for (auto& e : events) cudaEventDestroy(e);
+  GPULAB_TRY(status);
+  GPULAB_CUDA_TRY(cudaGetLastError());
+  std::vector<LayerTime> out;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    auto& t = times[i];
+    std::sort(t.begin(), t.end());
+    out.push_back({plan.steps[i].name, t.empty() ? 0.0 : t[t.size() / 2]});
+  }
+  return out;
+}
+
+}  // namespace gpulab

@@ -1,0 +1,208 @@
+// The CUDA engine behind the sweep (see cuda_target.h).
+#include "sweep/cuda_target.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "backends/cuda/cuda_check.h"
+#include "image/decode.h"
+#include "image/preprocess.h"
+#include "measure/bandwidth.h"
+#include "measure/engine_bench.h"
+
+namespace gpulab::sweep {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Index of the largest value of each row of [rows, classes] logits.
+std::vector<int64_t> top1(const Tensor& logits) {
+  const auto rows = logits.shape()[0], classes = logits.shape()[1];
+  const std::span<const float> v = logits.f32();
+  std::vector<int64_t> out(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto row = v.subspan(static_cast<size_t>(r * classes), static_cast<size_t>(classes));
+    out[static_cast<size_t>(r)] = std::max_element(row.begin(), row.end()) - row.begin();
+  }
+  return out;
+}
+
+class CudaTarget final : public SweepTarget {
+ public:
+  explicit CudaTarget(CudaTargetOptions options) : options_(std::move(options)) {}
+
+  TargetInfo info() const override {
+    cudaDeviceProp prop{};
+    std::string name = "CUDA device";
+    if (cudaGetDeviceProperties(&prop, options_.device) == cudaSuccess) {
+      name = fmt::format("{} (sm_{}{})", prop.name, prop.major, prop.minor);
+    }
+    return {.kind = "cuda", .description = name, .device = options_.device};
+  }
+
+  Result<PlanFacts> prepare_plan(Precision precision, int64_t batch) override {
+    const auto start = Clock::now();
+    if (engine_ && precision_ == precision && engine_->info().max_batch >= batch) {
+      return facts("reuse", seconds_since(start));
+    }
+    release();
+    BuildOptions build = options_.build;
+    build.precision = precision;
+    build.max_batch = batch;
+    build.device = options_.device;
+    GPULAB_ASSIGN_OR_RETURN(engine_, Engine::build_from_onnx(options_.model_path, build));
+    precision_ = precision;
+    return facts("build", seconds_since(start));
+  }
+
+  Status prepare_context(int64_t batch) override {
+    if (!engine_) return Status::internal("sweep: prepare_context before prepare_plan");
+    GPULAB_ASSIGN_OR_RETURN(streams_, measure::EngineStreams::create(*engine_, 1, batch));
+    return Status::ok();
+  }
+
+  Result<measure::BenchResult> measure(const measure::BenchOptions& options) override {
+    if (!streams_) return Status::internal("sweep: measure before prepare_context");
+    GPULAB_ASSIGN_OR_RETURN(measure::BenchResult result,
+                            measure::run_bench_loop(options, streams_->hooks(options)));
+    result.precision = std::string(precision_name(engine_->info().precision));
+    measure::fill_cuda_environment(engine_->info(), result.environment);
+    return result;
+  }
+
+  void release() override {
+    streams_.reset();
+    engine_.reset();
+    // Work still queued holds memory until it ends; the next reading must see it freed.
+    cudaDeviceSynchronize();
+  }
+
+  std::optional<int64_t> device_memory_used_bytes() override {
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return std::nullopt;
+    return static_cast<int64_t>(total - free);
+  }
+
+  Result<measure::Ceilings> ceilings(Precision precision) override {
+    return measure::measure_ceilings(options_.device, std::string(precision_name(precision)));
+  }
+
+  Result<double> h2d_gb_s() override {
+    measure::BandwidthOptions o{.cuda_device = options_.device,
+                                .sizes_bytes = {std::uint64_t{256} << 20},
+                                .repeats = 10,
+                                .warmup = 2,
+                                .kinds = {measure::CopyKind::kHostToDevice},
+                                .host_memory = {measure::HostMemory::kPinned}};
+    GPULAB_ASSIGN_OR_RETURN(const measure::BandwidthReport report, measure::run_bandwidth_test(o));
+    if (report.points.empty()) return Status::internal("sweep: the H2D bandwidth test returned no point");
+    return report.points.front().gb_s;
+  }
+
+  Result<AgreementResult> agreement(Precision precision, const std::filesystem::path& dataset_dir,
+                                    int64_t max_images) override {
+    const auto start = Clock::now();
+    GPULAB_TRY(load_gate(dataset_dir, max_images));
+    if (reference_top1_.empty()) {
+      GPULAB_ASSIGN_OR_RETURN(reference_top1_, classify_all(Precision::kFp32));
+    }
+    GPULAB_ASSIGN_OR_RETURN(const std::vector<int64_t> top1s, classify_all(precision));
+    AgreementResult a{.images = static_cast<int64_t>(top1s.size())};
+    int64_t same = 0, correct = 0, labelled = 0;
+    for (size_t i = 0; i < top1s.size(); ++i) {
+      same += top1s[i] == reference_top1_[i];
+      if (gate_images_[i].label >= 0) {
+        ++labelled;
+        correct += top1s[i] == gate_images_[i].label;
+      }
+    }
+    a.agreement = static_cast<double>(same) / static_cast<double>(top1s.size());
+    if (labelled > 0) a.top1_accuracy = static_cast<double>(correct) / static_cast<double>(labelled);
+    a.seconds = seconds_since(start);
+    return a;
+  }
+
+ private:
+  Result<PlanFacts> facts(std::string source, double seconds) const {
+    const EngineInfo& info = engine_->info();
+    PlanFacts f{.max_batch = info.max_batch, .source = std::move(source), .seconds = seconds};
+    for (const LayerInfo& l : info.layers) {
+      f.flops_per_image += l.flops_per_image;
+      f.bytes_per_image += static_cast<double>(l.bytes_per_image);
+      f.param_bytes += l.param_bytes;
+    }
+    if (info.input_shape.rank() == 4) {
+      f.input_bytes_per_image = info.input_shape[1] * info.input_shape[2] * info.input_shape[3] *
+                                static_cast<int64_t>(sizeof(float));
+    }
+    return f;
+  }
+
+  // Decodes and preprocesses the gate's images once (the model's preprocessing from its metadata,
+  // as `classify` does), in batches of accuracy_batch.
+  Status load_gate(const std::filesystem::path& dir, int64_t max_images) {
+    if (!gate_batches_.empty()) return Status::ok();
+    GPULAB_ASSIGN_OR_RETURN(gate_images_, load_gate_images(dir, max_images));
+    BuildOptions build = options_.build;
+    build.precision = Precision::kFp32;
+    build.max_batch = 1;
+    build.device = options_.device;
+    GPULAB_ASSIGN_OR_RETURN(auto probe, Engine::build_from_onnx(options_.model_path, build));
+    auto spec = preprocess_from_metadata(probe->info().metadata);
+    PreprocessSpec preprocess = spec.is_ok() ? *spec : PreprocessSpec::torchvision_imagenet();
+    preprocess.output_size = static_cast<int>(probe->info().input_shape[2]);
+    probe.reset();
+    for (size_t i = 0; i < gate_images_.size(); i += static_cast<size_t>(options_.accuracy_batch)) {
+      std::vector<Image> images;
+      for (size_t j = i; j < std::min(gate_images_.size(), i + static_cast<size_t>(options_.accuracy_batch));
+           ++j) {
+        GPULAB_ASSIGN_OR_RETURN(Image image, decode_image(gate_images_[j].path));
+        images.push_back(std::move(image));
+      }
+      GPULAB_ASSIGN_OR_RETURN(Tensor batch, make_batch(images, preprocess));
+      gate_batches_.push_back(std::move(batch));
+    }
+    return Status::ok();
+  }
+
+  Result<std::vector<int64_t>> classify_all(Precision precision) {
+    release();
+    BuildOptions build = options_.build;
+    build.precision = precision;
+    build.max_batch = options_.accuracy_batch;
+    build.device = options_.device;
+    GPULAB_ASSIGN_OR_RETURN(auto engine, Engine::build_from_onnx(options_.model_path, build));
+    GPULAB_ASSIGN_OR_RETURN(auto context, engine->create_context());
+    std::vector<int64_t> out;
+    for (const Tensor& batch : gate_batches_) {
+      GPULAB_ASSIGN_OR_RETURN(const Tensor logits, context->run(batch));
+      for (int64_t t : top1(logits)) out.push_back(t);
+    }
+    return out;
+  }
+
+  CudaTargetOptions options_;
+  std::shared_ptr<Engine> engine_;
+  Precision precision_ = Precision::kFp32;
+  std::unique_ptr<measure::EngineStreams> streams_;
+  std::vector<LabelledImage> gate_images_;
+  std::vector<Tensor> gate_batches_;
+  std::vector<int64_t> reference_top1_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SweepTarget>> make_cuda_target(const CudaTargetOptions& options) {
+  GPULAB_TRY(measure::use_cuda_device(options.device, "sweep"));
+  return std::unique_ptr<SweepTarget>(new CudaTarget(options));
+}
+
+}  // namespace gpulab::sweep

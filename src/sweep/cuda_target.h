@@ -1,0 +1,29 @@
+// The CUDA engine as the sweep's target. The header needs no CUDA headers; the definition exists
+// only in builds with the CUDA runtime (GPULAB_WITH_CUDA).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "gpulab/engine.h"
+#include "sweep/sweep.h"
+
+namespace gpulab::sweep {
+
+struct CudaTargetOptions {
+  std::string model_path;
+  BuildOptions build;  // precision, max_batch and device are set per point
+  int device = 0;
+  int accuracy_batch = 64;  // images per inference of the accuracy gate
+};
+
+// Each point builds the plan for its precision and batch (kept when the next point of the same
+// precision fits in it), creates one ExecutionContext with its buffers, and measures with
+// run_bench_loop; release() destroys both, so device memory returns to its level before the
+// point. cudaMalloc, cuBLAS and cuDNN allocation failures are kOutOfMemory and leave the CUDA
+// context usable; a sticky error (an illegal address) is a failed point, and every later point
+// then fails too: --resume in a new process continues from the JSON.
+// kUnavailable when no GPU is usable.
+Result<std::unique_ptr<SweepTarget>> make_cuda_target(const CudaTargetOptions& options);
+
+}  // namespace gpulab::sweep
