@@ -17,7 +17,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 Result<Tensor> load_f32(const std::filesystem::path& dir, const nlohmann::json& spec) {
-  GPULAB_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, read_file_bytes(dir / spec.at("file").get<std::string>()));
+  GPULAB_ASSIGN_OR_RETURN(std::vector<std::byte> bytes,
+                          read_file_bytes(dir / spec.at("file").get<std::string>()));
   return Tensor::from_bytes(DataType::kFloat32, Shape(spec.at("shape").get<std::vector<int64_t>>()), bytes);
 }
 

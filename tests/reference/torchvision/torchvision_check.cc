@@ -13,7 +13,8 @@
 int main(int argc, char** argv) {
   using namespace gpulab;
   if (argc < 3) {
-    std::fprintf(stderr, "usage: torchvision_check DIR MODEL [--batch N] [--no-unpassed] [--no-plan] [--threads N]\n");
+    std::fprintf(
+        stderr, "usage: torchvision_check DIR MODEL [--batch N] [--no-unpassed] [--no-plan] [--threads N]\n");
     return 2;
   }
   const std::filesystem::path dir = argv[1];
@@ -42,8 +43,8 @@ int main(int argc, char** argv) {
   const nlohmann::json manifest = nlohmann::json::parse(*text, nullptr, false);
   if (manifest.is_discarded() || !manifest.contains("models") || !manifest["models"].contains(model) ||
       !manifest["models"][model].contains("cases")) {
-    std::fprintf(stderr, "torchvision_check: %s has no exported model '%s'\n", (dir / "manifest.json").c_str(),
-                 model.c_str());
+    std::fprintf(stderr, "torchvision_check: %s has no exported model '%s'\n",
+                 (dir / "manifest.json").c_str(), model.c_str());
     return 1;
   }
   auto check = testing::check_model(dir, model, manifest["models"][model], options);

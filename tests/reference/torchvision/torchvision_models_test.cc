@@ -33,9 +33,10 @@ TEST_P(TorchvisionModel, MatchesPyTorchAndTheReference) {
   const auto dir = torchvision_dir();
   auto text = read_file_text(dir / "manifest.json");
   if (!text.is_ok())
-    GTEST_SKIP() << "torchvision fixtures missing (" << text.status().to_string()
-                 << "); run `ctest -R fixtures.torchvision` or tests/fixtures/make_torchvision_fixtures.py --out "
-                 << dir.string();
+    GTEST_SKIP()
+        << "torchvision fixtures missing (" << text.status().to_string()
+        << "); run `ctest -R fixtures.torchvision` or tests/fixtures/make_torchvision_fixtures.py --out "
+        << dir.string();
   const nlohmann::json manifest = nlohmann::json::parse(*text, nullptr, false);
   ASSERT_FALSE(manifest.is_discarded());
   ASSERT_TRUE(manifest["models"].contains(model)) << model << " is not in " << dir / "manifest.json";
@@ -58,8 +59,8 @@ TEST_P(TorchvisionModel, MatchesPyTorchAndTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, TorchvisionModel,
-                         ::testing::Values("shufflenet_v2_x0_5", "convnext_tiny", "efficientnet_v2_s", "vit_b_32",
-                                           "swin_t", "swin_v2_t", "maxvit_t"));
+                         ::testing::Values("shufflenet_v2_x0_5", "convnext_tiny", "efficientnet_v2_s",
+                                           "vit_b_32", "swin_t", "swin_v2_t", "maxvit_t"));
 
 }  // namespace
 }  // namespace gpulab::testing
