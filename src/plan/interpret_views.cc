@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 namespace gpulab {
 namespace {
@@ -127,28 +128,36 @@ class Runner {
     if (s_.bias >= 0) {
       GPULAB_ASSIGN_OR_RETURN(bias, ctx_.weight(s_, s_.bias));
     }
+    // W^T [K, M]: one input value updates M contiguous accumulators (the loop vectorizes).
+    std::vector<double> wt(static_cast<size_t>(k * m));
+    for (int64_t j = 0; j < m; ++j)
+      for (int64_t kk = 0; kk < k; ++kk)
+        wt[static_cast<size_t>(kk * m + j)] = w[static_cast<size_t>(j * k + kk)];
     const Source x = value_source(s_.inputs[0]);
     const Source r = s_.inputs.size() > 1 ? value_source(s_.inputs[1]) : Source{};
     std::vector<float>& y = output();
-    std::vector<double> row(static_cast<size_t>(k));
-    for (int64_t n = 0; n < ctx_.batch; ++n)
-      for (int64_t i = 0; i < rows; ++i) {
-        for (int64_t kk = 0; kk < k; ++kk)
-          row[static_cast<size_t>(kk)] =
-              x.data[n * x.image_stride + xv.offset + i * xv.strides[0] + kk * xv.strides[1]];
+    parallel_rows(ctx_.batch * rows, [&](int64_t begin, int64_t end) {
+      std::vector<double> acc(static_cast<size_t>(m));
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t n = row / rows, i = row % rows;
+        for (int64_t j = 0; j < m; ++j) acc[static_cast<size_t>(j)] = bias[static_cast<size_t>(j)];
+        const float* xr = x.data + n * x.image_stride + xv.offset + i * xv.strides[0];
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double xval = xr[kk * xv.strides[1]];
+          const double* wr = wt.data() + kk * m;
+          for (int64_t j = 0; j < m; ++j) acc[static_cast<size_t>(j)] += xval * wr[j];
+        }
         for (int64_t j = 0; j < m; ++j) {
-          double acc = bias[static_cast<size_t>(j)];
-          const float* wr = w.data() + j * k;
-          for (int64_t kk = 0; kk < k; ++kk) acc += row[static_cast<size_t>(kk)] * wr[kk];
-          acc = apply_pointwise(s_.pointwise, acc, s_.alpha, s_.beta);
+          double v = apply_pointwise(s_.pointwise, acc[static_cast<size_t>(j)], s_.alpha, s_.beta);
           if (r.data) {
             const TensorView& rv = s_.views[1];
-            acc += r.data[n * r.image_stride + rv.offset + i * rv.strides[0] + j * rv.strides[1]];
+            v += r.data[n * r.image_stride + rv.offset + i * rv.strides[0] + j * rv.strides[1]];
           }
           y[static_cast<size_t>(n * out_stride() + yv.offset + i * yv.strides[0] + j * yv.strides[1])] =
-              static_cast<float>(acc);
+              static_cast<float>(v);
         }
       }
+    });
     return Status::ok();
   }
 
@@ -185,42 +194,44 @@ class Runner {
     }
     const TensorView* biasv = s_.weight >= 0 ? &s_.views[4] : nullptr;
     std::vector<float>& y = output();
-    std::vector<double> p(static_cast<size_t>(s_len)), acc(static_cast<size_t>(dv));
-    for (int64_t n = 0; n < ctx_.batch; ++n)
-      for (int64_t b = 0; b < bs; ++b)
-        for (int64_t h = 0; h < hs; ++h)
-          for (int64_t t = 0; t < t_len; ++t) {
-            const float* qrow = q.data + n * q.image_stride + qv.offset + b * qv.strides[0] +
-                                h * qv.strides[1] + t * qv.strides[2];
-            double max_score = -std::numeric_limits<double>::infinity();
-            for (int64_t s = 0; s < s_len; ++s) {
-              const float* krow = k.data + n * k.image_stride + kv.offset + b * kv.strides[0] +
-                                  h * kv.strides[1] + s * kv.strides[2];
-              double dot = 0;
-              for (int64_t i = 0; i < d; ++i)
-                dot += static_cast<double>(qrow[i * qv.strides[3]]) * krow[i * kv.strides[3]];
-              double score = s_.scale * dot;
-              if (biasv)
-                score +=
-                    bias[static_cast<size_t>(biasv->offset + b * biasv->strides[0] + h * biasv->strides[1] +
-                                             t * biasv->strides[2] + s * biasv->strides[3])];
-              p[static_cast<size_t>(s)] = score;
-              max_score = std::max(max_score, score);
-            }
-            double sum = 0;
-            for (double& x : p) sum += (x = std::exp(x - max_score));
-            std::fill(acc.begin(), acc.end(), 0.0);
-            for (int64_t s = 0; s < s_len; ++s) {
-              const float* vrow = v.data + n * v.image_stride + vv.offset + b * vv.strides[0] +
-                                  h * vv.strides[1] + s * vv.strides[2];
-              const double wgt = p[static_cast<size_t>(s)] / sum;
-              for (int64_t i = 0; i < dv; ++i) acc[static_cast<size_t>(i)] += wgt * vrow[i * vv.strides[3]];
-            }
-            for (int64_t i = 0; i < dv; ++i)
-              y[static_cast<size_t>(n * out_stride() + yv.offset + b * yv.strides[0] + h * yv.strides[1] +
-                                    t * yv.strides[2] + i * yv.strides[3])] =
-                  static_cast<float>(acc[static_cast<size_t>(i)]);
+    parallel_rows(ctx_.batch * bs * hs, [&](int64_t begin, int64_t end) {
+      std::vector<double> p(static_cast<size_t>(s_len)), acc(static_cast<size_t>(dv));
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t n = item / (bs * hs), b = (item / hs) % bs, h = item % hs;
+        for (int64_t t = 0; t < t_len; ++t) {
+          const float* qrow = q.data + n * q.image_stride + qv.offset + b * qv.strides[0] +
+                              h * qv.strides[1] + t * qv.strides[2];
+          double max_score = -std::numeric_limits<double>::infinity();
+          for (int64_t s = 0; s < s_len; ++s) {
+            const float* krow = k.data + n * k.image_stride + kv.offset + b * kv.strides[0] +
+                                h * kv.strides[1] + s * kv.strides[2];
+            double dot = 0;
+            for (int64_t i = 0; i < d; ++i)
+              dot += static_cast<double>(qrow[i * qv.strides[3]]) * krow[i * kv.strides[3]];
+            double score = s_.scale * dot;
+            if (biasv)
+              score +=
+                  bias[static_cast<size_t>(biasv->offset + b * biasv->strides[0] + h * biasv->strides[1] +
+                                           t * biasv->strides[2] + s * biasv->strides[3])];
+            p[static_cast<size_t>(s)] = score;
+            max_score = std::max(max_score, score);
           }
+          double sum = 0;
+          for (double& x : p) sum += (x = std::exp(x - max_score));
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (int64_t s = 0; s < s_len; ++s) {
+            const float* vrow = v.data + n * v.image_stride + vv.offset + b * vv.strides[0] +
+                                h * vv.strides[1] + s * vv.strides[2];
+            const double wgt = p[static_cast<size_t>(s)] / sum;
+            for (int64_t i = 0; i < dv; ++i) acc[static_cast<size_t>(i)] += wgt * vrow[i * vv.strides[3]];
+          }
+          for (int64_t i = 0; i < dv; ++i)
+            y[static_cast<size_t>(n * out_stride() + yv.offset + b * yv.strides[0] + h * yv.strides[1] +
+                                  t * yv.strides[2] + i * yv.strides[3])] =
+                static_cast<float>(acc[static_cast<size_t>(i)]);
+        }
+      }
+    });
     return Status::ok();
   }
 
@@ -260,6 +271,20 @@ class Runner {
 
 Status interpret_view_step(const PlanStep& step, ViewStepContext& ctx) {
   return Runner(step, ctx).run();
+}
+
+void parallel_rows(int64_t count, const std::function<void(int64_t begin, int64_t end)>& fn) {
+  const int64_t threads = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), count);
+  if (threads <= 1) {
+    if (count > 0) fn(0, count);
+    return;
+  }
+  std::vector<std::thread> workers;
+  const int64_t chunk = (count + threads - 1) / threads;
+  for (int64_t begin = chunk; begin < count; begin += chunk)
+    workers.emplace_back(fn, begin, std::min(count, begin + chunk));
+  fn(0, std::min(chunk, count));
+  for (std::thread& w : workers) w.join();
 }
 
 }  // namespace gpulab

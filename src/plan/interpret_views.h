@@ -24,4 +24,8 @@ struct ViewStepContext {
 // several kCopy steps can fill one value.
 Status interpret_view_step(const PlanStep& step, ViewStepContext& ctx);
 
+// Calls fn(begin, end) on contiguous parts of [0, count), on up to hardware_concurrency threads
+// (one when the work is small); fn writes disjoint outputs. Returns when every part is done.
+void parallel_rows(int64_t count, const std::function<void(int64_t begin, int64_t end)>& fn);
+
 }  // namespace gpulab
