@@ -37,6 +37,20 @@ double rel_l2(std::span<const float> actual, std::span<const float> expected) {
 
 }  // namespace
 
+Result<std::vector<FixtureCase>> load_fixture_cases(const std::filesystem::path& dir,
+                                                    const nlohmann::json& entry) {
+  std::vector<FixtureCase> cases;
+  for (const auto& c : entry.at("cases")) {
+    FixtureCase fc;
+    fc.batch = c.at("batch").get<int64_t>();
+    GPULAB_ASSIGN_OR_RETURN(fc.input, load_f32(dir, c.at("input")));
+    GPULAB_ASSIGN_OR_RETURN(fc.expected, load_f32(dir, c.at("output")));
+    fc.torch_fp16_storage = c.at("output").value("torch_fp16_storage_rel_l2", -1.0);
+    cases.push_back(std::move(fc));
+  }
+  return cases;
+}
+
 Result<ModelCheck> check_model(const std::filesystem::path& dir, const std::string& model,
                                const nlohmann::json& entry, const CheckOptions& options) {
   ModelCheck check;
@@ -67,12 +81,14 @@ Result<ModelCheck> check_model(const std::filesystem::path& dir, const std::stri
       GPULAB_ASSIGN_OR_RETURN(fp16, lower_graph(passed, build));
     }
   }
-  for (const auto& c : entry.at("cases")) {
+  GPULAB_ASSIGN_OR_RETURN(const std::vector<FixtureCase> cases, load_fixture_cases(dir, entry));
+  for (const FixtureCase& c : cases) {
     BatchErrors b;
-    b.batch = c.at("batch").get<int64_t>();
+    b.batch = c.batch;
+    b.torch_fp16_storage = c.torch_fp16_storage;
     if (options.only_batch && *options.only_batch != b.batch) continue;
-    GPULAB_ASSIGN_OR_RETURN(const Tensor input, load_f32(dir, c.at("input")));
-    GPULAB_ASSIGN_OR_RETURN(const Tensor expected, load_f32(dir, c.at("output")));
+    const Tensor& input = c.input;
+    const Tensor& expected = c.expected;
     if (options.reference_unpassed) {
       start = std::chrono::steady_clock::now();
       GPULAB_ASSIGN_OR_RETURN(const Tensor out, run_reference(imported, input, options.threads));
@@ -99,6 +115,24 @@ Result<ModelCheck> check_model(const std::filesystem::path& dir, const std::stri
   return check;
 }
 
+const std::vector<std::string>& small_family_models() {
+  static const std::vector<std::string> models{
+      "small_shufflenet_v2", "small_convnext", "small_efficientnet_v2", "small_vit",
+      "small_swin",          "small_swin_v2",  "small_maxvit"};
+  return models;
+}
+
+const std::vector<std::string>& full_size_family_models() {
+  static const std::vector<std::string> models{
+      "shufflenet_v2_x0_5", "convnext_tiny", "efficientnet_v2_s", "vit_b_32", "swin_t",
+      "swin_v2_t",          "maxvit_t"};
+  return models;
+}
+
+bool plan_refused(const std::string& model) {
+  return model == "small_swin_v2" || model.rfind("swin_v2", 0) == 0;
+}
+
 nlohmann::json to_json(const ModelCheck& check) {
   nlohmann::json j;
   j["model"] = check.model;
@@ -116,6 +150,7 @@ nlohmann::json to_json(const ModelCheck& check) {
                        {"passes_rel_l2", b.passes},
                        {"plan_fp32_rel_l2", b.plan_fp32},
                        {"plan_fp16_rel_l2", b.plan_fp16},
+                       {"torch_fp16_storage_rel_l2", b.torch_fp16_storage},
                        {"reference_s", b.reference_s},
                        {"plan_fp32_s", b.plan_fp32_s},
                        {"plan_fp16_s", b.plan_fp16_s}});

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpulab/status.h"
+#include "gpulab/tensor.h"
 
 namespace gpulab::testing {
 
@@ -23,7 +24,20 @@ struct BatchErrors {
   int64_t batch = 0;
   double reference = -1, passes = -1, plan_fp32 = -1, plan_fp16 = -1;  // -1: not measured
   double reference_s = 0, plan_fp32_s = 0, plan_fp16_s = 0;            // wall time of one run
+  // From the manifest: PyTorch's own output change under 16-bit storage (the fixture script's
+  // torch_fp16_storage_rel_l2), the error floor of the seeded weights; -1 when not recorded.
+  double torch_fp16_storage = -1;
 };
+
+// One batch of a fixture: the input and PyTorch's float64 output (stored as float32).
+struct FixtureCase {
+  int64_t batch = 0;
+  Tensor input, expected;
+  double torch_fp16_storage = -1;
+};
+// The cases of a manifest entry, files read from `dir`.
+Result<std::vector<FixtureCase>> load_fixture_cases(const std::filesystem::path& dir,
+                                                    const nlohmann::json& manifest_entry);
 
 struct ModelCheck {
   std::string model;
@@ -46,5 +60,14 @@ Result<ModelCheck> check_model(const std::filesystem::path& dir, const std::stri
                                const nlohmann::json& manifest_entry, const CheckOptions& options = {});
 
 nlohmann::json to_json(const ModelCheck& check);
+
+// The fixture script's models, one per family of issue 26: `--set small` (what ctest generates) and
+// `--set families` (the full-size representatives, made on demand).
+const std::vector<std::string>& small_family_models();
+const std::vector<std::string>& full_size_family_models();
+// Whether the lowering refuses the model's plan: Swin V2's cosine attention normalizes q and k
+// (F.normalize: ReduceL2, Clip, Div), and the lowering has no reduction step for ReduceL2 yet, so
+// Swin V2 runs on the reference backend only.
+bool plan_refused(const std::string& model);
 
 }  // namespace gpulab::testing
