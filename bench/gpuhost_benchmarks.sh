@@ -3,7 +3,7 @@
 # the gpu-labelled tests, the precision-agreement check on the ImageNet sample set, `gpulab bench`
 # on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
 # Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
-#   OUT=dir STAGES="tests accuracy bench compare compile grid" bash bench/gpuhost_benchmarks.sh [budget_s]
+#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep" bash bench/gpuhost_benchmarks.sh [budget_s]
 # COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # The data set is read from $GPULAB_DATASET_DIR (default .gpuhost/data/imagenet-sample-256).
@@ -15,7 +15,7 @@ left() { echo $((budget - ($(date +%s) - start))); }
 has() { [[ "$stages" == *" $1 "* ]]; }
 out=${OUT:-gpuhost-logs}
 # Model names in the lists below (and GRID_MODELS): checked before anything is built.
-for cfg in ${BENCH_CONFIGS:-} ${PROFILE_CONFIGS:-} ${COMPARE_MODELS:-} ${GRID_MODELS:-}; do
+for cfg in ${BENCH_CONFIGS:-} ${PROFILE_CONFIGS:-} ${COMPARE_MODELS:-} ${GRID_MODELS:-} ${SWEEP_MODELS:-}; do
   case ${cfg%%:*} in
     r18 | mnv2 | mnv3) ;;
     *) echo "gpuhost_benchmarks: unknown model '${cfg%%:*}' in '$cfg' (r18, mnv2 or mnv3)" >&2; exit 2 ;;
@@ -169,5 +169,29 @@ if has grid; then
     --budget-s $(($(left) - 20)) ${GRID_ARGS:-} 2>&1 | tee "$out/grid.log"
   python3 bench/grid.py table --results "$results" > "$out/grid.md"
   tar czf "$out/grid-results.tgz" -C "$results" .
+fi
+if has sweep; then
+  # gpulab sweep of each of SWEEP_MODELS ("r18 mnv2" by default), fp32/tf32/fp16/bf16 to
+  # out-of-memory with the accuracy gate on the sample photos; SWEEP_ARGS adds flags (e.g.
+  # "--include-transfers --precisions fp16"). The JSON is kept in the record folder of the day and
+  # commit (bench/results/<YYYY-MM-DD>-<short commit>/sweep_<model>.json), which travels with the
+  # working tree: a call that runs out of time ends the sweep with SIGTERM (it stops after the
+  # current point, its JSON complete), and the next call resumes it. Commit the JSON afterwards.
+  results=${SWEEP_RESULTS:-bench/results/$(date -u +%F)-$(git rev-parse --short=7 HEAD 2>/dev/null || echo nocommit)}
+  mkdir -p "$results"
+  for name in ${SWEEP_MODELS:-r18 mnv2}; do
+    m=$(model_path "$name") || continue
+    [ "$(left)" -lt 60 ] && break
+    json="$results/sweep_${name}${SWEEP_SUFFIX:-}.json"
+    resume=()
+    [ -f "$json" ] && resume=(--resume "$json")
+    # shellcheck disable=SC2086 # SWEEP_ARGS is a list of arguments
+    timeout --kill-after=20 $(($(left) - 40)) "$gpulab" sweep --model "$m" --json "$json" "${resume[@]}" \
+      --timing-cache /tmp/gpulab-timing-cache.json --dataset "$GPULAB_DATASET_DIR" ${SWEEP_ARGS:-} \
+      > "$out/sweep_${name}.txt" 2>&1
+    echo "sweep $name rc=$?"
+    tail -25 "$out/sweep_${name}.txt"
+  done
+  tar czf "$out/sweep-results.tgz" -C "$results" .
 fi
 echo "end at $(($(date +%s) - start)) s"

@@ -3,10 +3,16 @@
 # packages already present are skipped, so a second run costs one dpkg query.
 #   scripts/install-deps.sh            build + test dependencies
 #   scripts/install-deps.sh --no-python  skip the PyTorch/ONNX fixture generators
+#   scripts/install-deps.sh --fuzz       only what the fuzz preset adds: clang, libFuzzer and the
+#                                        sanitizer runtimes, llvm-symbolizer (CI's fuzz stage)
 set -euo pipefail
 with_python=1
 [ "${1:-}" = "--no-python" ] && with_python=0
 
+if [ "${1:-}" = "--fuzz" ]; then
+  pkgs=(clang-14 libclang-rt-14-dev llvm-14)
+  with_python=0
+else
 pkgs=(cmake ninja-build g++ pkg-config
       libonnx-dev libprotobuf-dev protobuf-compiler
       libcli11-dev nlohmann-json3-dev libfmt-dev
@@ -16,6 +22,7 @@ pkgs=(cmake ninja-build g++ pkg-config
 if [ "$with_python" = 1 ]; then
   # Debian's torch/torchvision/onnx generate the seeded fixtures and the PyTorch goldens.
   pkgs+=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-pil)
+fi
 fi
 
 missing=()
@@ -33,6 +40,8 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   echo "install-deps: done"
 fi
+
+[ "${1:-}" = "--fuzz" ] && exit 0
 
 # NVIDIA's cuDNN frontend C++ headers (the CUDA backend's cuDNN graph API) come from the PyPI
 # wheel nvidia-cudnn-frontend, installed into <project>/.deps/pip (git-ignored; --target keeps it

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <system_error>
 
+#include "core/interrupt.h"
+
 namespace gpulab {
 
 Result<std::vector<std::byte>> read_file_bytes(const std::filesystem::path& path) {
@@ -44,6 +46,7 @@ Result<std::string> read_file_text(const std::filesystem::path& path) {
 
 Status write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
   const std::filesystem::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
+  const TemporaryFileGuard guard(tmp);  // removed if SIGINT/SIGTERM ends the process meanwhile
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out)

@@ -5,9 +5,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/affinity.h"
 #include "measure/bandwidth.h"
 #include "telemetry/cuda_driver.h"
 #include "telemetry/telemetry.h"
+#include "telemetry/topology.h"
 
 namespace gpulab::doctor {
 namespace {
@@ -260,6 +262,75 @@ std::vector<Finding> check_gpu(const telemetry::Telemetry& t, std::uint32_t inde
   return out;
 }
 
+// What differs between a GPU and the best of its peers, as text ("" when nothing does): a
+// narrower or older PCIe link, a lower maximum SM clock, a lower power limit.
+std::string below_peers(const telemetry::Topology& topo, size_t i) {
+  const telemetry::GpuPlace& g = topo.gpus[i];
+  std::uint32_t best_width = 0, best_gen = 0, best_clock = 0;
+  double best_power = 0;
+  for (size_t j = 0; j < topo.gpus.size(); ++j) {
+    if (j == i) continue;
+    const telemetry::GpuPlace& p = topo.gpus[j];
+    best_width = std::max(best_width, p.pcie_width.value_or(0));
+    best_gen = std::max(best_gen, p.pcie_gen_max.value_or(0));
+    best_clock = std::max(best_clock, p.sm_clock_max_mhz.value_or(0));
+    best_power = std::max(best_power, p.power_limit_w.value_or(0));
+  }
+  std::vector<std::string> parts;
+  if (g.pcie_width && *g.pcie_width < best_width) {
+    parts.push_back(fmt::format("PCIe x{} where a peer has x{}", *g.pcie_width, best_width));
+  }
+  if (g.pcie_gen_max && *g.pcie_gen_max < best_gen) {
+    parts.push_back(fmt::format("PCIe gen{} at most where a peer has gen{}", *g.pcie_gen_max, best_gen));
+  }
+  if (g.sm_clock_max_mhz && *g.sm_clock_max_mhz < best_clock) {
+    parts.push_back(
+        fmt::format("max SM clock {} MHz where a peer has {} MHz", *g.sm_clock_max_mhz, best_clock));
+  }
+  if (g.power_limit_w && *g.power_limit_w + 0.5 < best_power) {
+    parts.push_back(
+        fmt::format("power limit {:.0f} W where a peer has {:.0f} W", *g.power_limit_w, best_power));
+  }
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+// Several GPUs: how they connect, which CPUs feed each, and any GPU that is below its peers.
+std::vector<Finding> check_topology(const telemetry::Telemetry& t) {
+  std::vector<Finding> out;
+  auto topo = telemetry::read_topology(t);
+  if (!topo.is_ok()) {
+    out.push_back({"GPU topology", Severity::kSkip, topo.status().message(), ""});
+    return out;
+  }
+  std::vector<std::string> pairs;
+  for (size_t i = 0; i < topo->gpus.size(); ++i) {
+    for (size_t j = i + 1; j < topo->gpus.size(); ++j) {
+      pairs.push_back(fmt::format("GPU{}-GPU{} {}", i, j, telemetry::link_name(topo->links[i][j])));
+    }
+  }
+  out.push_back({"GPU topology", Severity::kPass, fmt::format("{}", fmt::join(pairs, ", ")), ""});
+  for (size_t i = 0; i < topo->gpus.size(); ++i) {
+    const telemetry::GpuPlace& g = topo->gpus[i];
+    Finding numa{.check = gpu_check(g.index, "NUMA affinity")};
+    if (g.cpus.empty()) {
+      numa.status = Severity::kSkip;
+      numa.detail = "NVML does not give this GPU's CPU affinity";
+    } else {
+      numa.status = Severity::kPass;
+      numa.detail = fmt::format("CPUs {}{}", format_cpu_list(g.cpus),
+                                g.numa_node ? fmt::format(", NUMA node {}", *g.numa_node) : "");
+    }
+    out.push_back(std::move(numa));
+    if (const std::string below = below_peers(*topo, i); !below.empty()) {
+      out.push_back({gpu_check(g.index, "vs its peers"), Severity::kWarn, below,
+                     "A GPU below its peers holds back work split evenly across them: check its slot (x16, "
+                     "CPU-attached), `nvidia-smi -q -d CLOCK,POWER` for application clocks or a lower power "
+                     "limit, and its cooling"});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<Finding> run_doctor(const DoctorOptions& options) {
@@ -294,6 +365,7 @@ std::vector<Finding> run_doctor(const DoctorOptions& options) {
   }
   for (std::uint32_t i = 0; i < nvml.value()->device_count(); ++i)
     add(out, check_gpu(*nvml.value(), i, options.pcie_load_ms));
+  if (nvml.value()->device_count() > 1) add(out, check_topology(*nvml.value()));
   return out;
 }
 

@@ -86,7 +86,7 @@ NodeCost node_cost(const Graph& graph, const Node& node, int64_t batch, DataType
     case OpType::kMaxPool:
     case OpType::kAveragePool: {
       const PoolAttrs& a = node.attr<PoolAttrs>();
-      c.flops = out_n * static_cast<double>(a.kernel.h * a.kernel.w);
+      c.flops = out_n * static_cast<double>(a.kernel.h) * static_cast<double>(a.kernel.w);
       break;
     }
     case OpType::kGlobalAveragePool: c.flops = static_cast<double>(in_shape(0).numel()); break;

@@ -226,6 +226,11 @@ struct Node {
   bool has_input(size_t i) const { return !input(i).empty(); }
 };
 
+// The most elements a tensor may have, or a value per image (16 GiB of float32): far beyond any
+// image classifier. Shape inference refuses a larger value, the importer a larger initializer, so
+// that a corrupt dimension cannot ask for an absurd allocation or overflow a size computation.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 32;
+
 // What shape inference knows about a value.
 struct ValueInfo {
   DataType dtype = DataType::kFloat32;

@@ -5,8 +5,11 @@
 // static output shape. The ops added for the transformer classifiers are in infer_tensor_ops.cc.
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <string>
 
+#include "core/checked.h"
 #include "graph/graph.h"
 #include "graph/infer_util.h"
 
@@ -89,23 +92,38 @@ Status need_static_spatial(const Node& node, const Shape& s) {
   return Status::ok();
 }
 
-// Output size of a sliding window (conv or pool) along one axis.
+// Output size of a sliding window (conv or pool) along one axis. Attributes come from the file:
+// every step is checked, and a pooling window must reach the input from any position (with only
+// padding under it, MaxPool has no value to take and AveragePool nothing to divide by).
 Result<int64_t> window_out(const Node& node, int64_t in, int64_t kernel, int64_t stride, int64_t pad_begin,
                            int64_t pad_end, int64_t dilation, bool ceil_mode, const char* axis) {
+  const std::string window = std::string(" along ") + axis + " (kernel " + std::to_string(kernel) +
+                             ", stride " + std::to_string(stride) + ", dilation " + std::to_string(dilation) +
+                             ", pads " + std::to_string(pad_begin) + "/" + std::to_string(pad_end) +
+                             ", input " + std::to_string(in) + ")";
   if (kernel <= 0 || stride <= 0 || dilation <= 0 || pad_begin < 0 || pad_end < 0) {
-    return fail(node, std::string("invalid window along ") + axis + " (kernel " + std::to_string(kernel) +
-                          ", stride " + std::to_string(stride) + ", dilation " + std::to_string(dilation) +
-                          ", pads " + std::to_string(pad_begin) + "/" + std::to_string(pad_end) +
-                          "). Kernel, stride and dilation must be positive, pads non-negative.");
+    return fail(node, "invalid window" + window +
+                          ". Kernel, stride and dilation must be positive, pads non-negative.");
   }
-  const int64_t span = dilation * (kernel - 1) + 1;
-  const int64_t padded = in + pad_begin + pad_end;
-  if (padded < span) {
-    return fail(node, std::string("the window (") + std::to_string(span) +
-                          ") is larger than the padded input (" + std::to_string(padded) + ") along " + axis +
-                          ". Check the input size.");
+  const std::optional<int64_t> extent = checked_mul(dilation, kernel - 1);
+  const std::optional<int64_t> pads = checked_add(pad_begin, pad_end);
+  const std::optional<int64_t> padded = pads ? checked_add(in, *pads) : std::nullopt;
+  if (!extent || *extent == std::numeric_limits<int64_t>::max() || !padded) {
+    return fail(node, "window" + window + " is too large to compute with. The model file is corrupt.");
   }
-  int64_t out = ceil_mode ? (padded - span + stride - 1) / stride + 1 : (padded - span) / stride + 1;
+  const int64_t span = *extent + 1;
+  if (*padded < span) {
+    return fail(node, "the window (" + std::to_string(span) + ") is larger than the padded input (" +
+                          std::to_string(*padded) + ")" + window + ". Check the input size.");
+  }
+  const bool pool = node.op == OpType::kMaxPool || node.op == OpType::kAveragePool;
+  if (pool && (pad_begin >= span || pad_end >= span)) {
+    return fail(node, "padding" + window + " is as large as the window, which then covers no input pixel. " +
+                          "Pads must be smaller than the kernel.");
+  }
+  // padded - span >= 0 and stride >= 1: no step below overflows.
+  int64_t out = (*padded - span) / stride + 1;
+  if (ceil_mode && (*padded - span) % stride != 0) ++out;
   // With ceil_mode the last window must start inside the input or its begin padding.
   if (ceil_mode && (out - 1) * stride >= in + pad_begin) --out;
   return out;
@@ -242,8 +260,10 @@ Result<std::vector<ValueInfo>> infer_reshape(const Node& node, const std::vector
     } else if (d < 0) {
       return fail(node,
                   "shape " + values_string(*target) + " has an invalid dimension " + std::to_string(d) + ".");
+    } else if (const std::optional<int64_t> product = checked_mul(out_concrete, d)) {
+      out_concrete = *product;
     } else {
-      out_concrete *= d;
+      return fail(node, "shape " + values_string(*target) + " has more elements than int64 can count.");
     }
   }
   auto mismatch = [&] {
@@ -554,6 +574,25 @@ bool has_expected_attrs(const Node& node) {
   }
 }
 
+// Every value's element count per image stays within kMaxTensorElements, so that whatever later
+// multiplies sizes (cost, lowering, memory planning, the executors) works on small numbers, and a
+// model whose declared shapes imply terabytes is refused here, before anything is allocated.
+Status check_value_size(const std::string& name, const Shape& shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape.dims) {
+    if (d == kBatch) continue;
+    const std::optional<int64_t> product = d >= 0 ? checked_mul(numel, d) : std::nullopt;
+    if (!product || *product > kMaxTensorElements) {
+      return Status::invalid_model("value '" + name + "' of shape " + shape.to_string() +
+                                   " has a negative dimension or more than " +
+                                   std::to_string(kMaxTensorElements) +
+                                   " elements per image. The model's declared shapes are corrupt.");
+    }
+    numel = *product;
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<std::vector<ValueInfo>> infer_node(const Node& node, const std::vector<const ValueInfo*>& inputs,
@@ -580,6 +619,7 @@ Status Graph::infer_shapes() {
       return Status::invalid_model("graph input '" + in +
                                    "' has no shape. Give every graph input a type and shape.");
     }
+    GPULAB_TRY(check_value_size(in, it->second.shape));
     next[in] = it->second;
   }
   for (const auto& [name, tensor] : initializers) {
@@ -621,6 +661,7 @@ Status Graph::infer_shapes() {
     }
     std::vector<ValueInfo>& outs = result.value();
     for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i) {
+      GPULAB_TRY(check_value_size(node.outputs[i], outs[i].shape).with_context(node_where(node)));
       if (!node.outputs[i].empty()) next[node.outputs[i]] = std::move(outs[i]);
     }
   }

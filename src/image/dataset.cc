@@ -52,24 +52,40 @@ Result<std::vector<fs::path>> list_images(std::span<const std::string> files_or_
 }
 
 Result<std::vector<LabelledImage>> load_labelled_folder(const fs::path& folder) {
-  if (!fs::is_directory(folder)) {
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) {
     return Status::not_found(fmt::format("dataset '{}': no such folder. Check the path.", folder.string()));
   }
   const fs::path tsv = folder / "labels.tsv";
-  if (!fs::exists(tsv)) {
+  if (!fs::exists(tsv, ec)) {
     return Status::not_found(
         fmt::format("dataset '{}': no labels.tsv. A labelled folder needs labels.tsv with "
                     "rows '<file><TAB><class index>[<TAB><wnid>]'.",
                     folder.string()));
   }
   GPULAB_ASSIGN_OR_RETURN(std::string text, read_file_text(tsv));
+  // The error_code overloads: a row's path can be too long or unreadable, and the throwing
+  // overloads would end the process on that.
+  auto images = parse_labels_tsv(text, folder, tsv.string(), [](const fs::path& p) {
+    std::error_code ec;
+    return fs::exists(p, ec);
+  });
+  if (images.is_ok() && images->empty()) {
+    return Status::invalid_file(fmt::format("dataset '{}': labels.tsv lists no images.", folder.string()));
+  }
+  return images;
+}
+
+Result<std::vector<LabelledImage>> parse_labels_tsv(
+    std::string_view text, const fs::path& folder, std::string_view source_name,
+    const std::function<bool(const fs::path&)>& image_exists) {
   std::vector<LabelledImage> images;
   size_t start = 0;
   int line_no = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
-    std::string_view line = std::string_view(text).substr(start, end - start);
+    std::string_view line = text.substr(start, end - start);
     start = end + 1;
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -80,7 +96,7 @@ Result<std::vector<LabelledImage>> load_labelled_folder(const fs::path& folder) 
       return Status::invalid_file(
           fmt::format("dataset '{}' line {}: {} ('{}'). Expected "
                       "'<file><TAB><class index>[<TAB><wnid>]'.",
-                      tsv.string(), line_no, what, line));
+                      source_name, line_no, what, line));
     };
     if (tab1 == std::string_view::npos) return bad("no tab");
     LabelledImage item;
@@ -91,11 +107,8 @@ Result<std::vector<LabelledImage>> load_labelled_folder(const fs::path& folder) 
     if (ec != std::errc() || ptr != index.data() + index.size() || item.label < 0)
       return bad("bad class index");
     if (tab2 != std::string_view::npos) item.wnid = std::string(line.substr(tab2 + 1));
-    if (!fs::exists(item.path)) return bad(fmt::format("image '{}' is missing", item.path.string()));
+    if (!image_exists(item.path)) return bad(fmt::format("image '{}' is missing", item.path.string()));
     images.push_back(std::move(item));
-  }
-  if (images.empty()) {
-    return Status::invalid_file(fmt::format("dataset '{}': labels.tsv lists no images.", folder.string()));
   }
   return images;
 }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,5 +32,12 @@ struct LabelledImage {
 // Images are listed in file order, not decoded. Missing folder or labels.tsv: kNotFound; a
 // malformed row, or a row naming a missing image: kInvalidFile (the message names the line).
 Result<std::vector<LabelledImage>> load_labelled_folder(const std::filesystem::path& folder);
+
+// The rows of a labels.tsv's text, as load_labelled_folder reads them: paths joined to `folder`,
+// each checked with `image_exists` (load_labelled_folder passes std::filesystem::exists).
+// `source_name` names the file in messages.
+Result<std::vector<LabelledImage>> parse_labels_tsv(
+    std::string_view text, const std::filesystem::path& folder, std::string_view source_name,
+    const std::function<bool(const std::filesystem::path&)>& image_exists);
 
 }  // namespace gpulab

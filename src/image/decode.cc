@@ -1,5 +1,6 @@
 #include "image/decode.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <new>
@@ -66,6 +67,21 @@ Status check_image_dimensions(int64_t width, int64_t height, std::string_view so
   return Status::ok();
 }
 
+Status check_decode_budget(int64_t width, int64_t height, size_t file_bytes, std::string_view source_name) {
+  GPULAB_TRY(check_image_dimensions(width, height, source_name));
+  const int64_t rgb_bytes = width * height * 3;  // at most 3 * kMaxImagePixels
+  const int64_t budget = std::max<int64_t>(
+      kDecodeFloorBytes,
+      static_cast<int64_t>(std::min<size_t>(file_bytes, size_t{1} << 40)) * kMaxDecodeExpansion);
+  if (rgb_bytes > budget) {
+    return Status::invalid_file(fmt::format(
+        "image '{}': its header promises {}x{} pixels ({} bytes of RGB) from a file of {} bytes, more than "
+        "{}x expansion. The file is corrupt or a decompression bomb; re-encode the image.",
+        source_name, width, height, rgb_bytes, file_bytes, kMaxDecodeExpansion));
+  }
+  return Status::ok();
+}
+
 Result<Image> decode_image_bytes(std::span<const std::byte> bytes, std::string_view source_name) {
   if (bytes.empty()) {
     return Status::invalid_file(
@@ -89,6 +105,27 @@ Result<Image> decode_image_bytes(std::span<const std::byte> bytes, std::string_v
       source_name, head));
 }
 
+Result<DecodeInfo> decode_image_into(std::span<const std::byte> bytes, std::string_view source_name,
+                                     const DecodeOptions& options, Image* out) {
+  const ImageFormat format = detect_image_format(bytes);
+  if (format == ImageFormat::kJpeg) {
+    DecodeInfo info;
+    info.format = format;
+    const Status decoded =
+        image_detail::decode_jpeg_into(bytes, source_name, options.min_shorter_side, out, &info);
+    if (!decoded.is_ok()) {
+      out->width = out->height = 0;
+      out->rgb.clear();
+      return decoded;
+    }
+    return info;
+  }
+  GPULAB_ASSIGN_OR_RETURN(Image image, decode_image_bytes(bytes, source_name));
+  DecodeInfo info{.format = format, .source_width = image.width, .source_height = image.height};
+  *out = std::move(image);
+  return info;
+}
+
 Result<Image> decode_image(const std::filesystem::path& path) {
   GPULAB_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, read_file_bytes(path));
   return decode_image_bytes(bytes, path.string());
@@ -96,8 +133,8 @@ Result<Image> decode_image(const std::filesystem::path& path) {
 
 namespace image_detail {
 
-Result<Image> allocate_image(int width, int height, std::string_view source_name) {
-  GPULAB_TRY(check_image_dimensions(width, height, source_name));
+Result<Image> allocate_image(int width, int height, size_t file_bytes, std::string_view source_name) {
+  GPULAB_TRY(check_decode_budget(width, height, file_bytes, source_name));
   Image image;
   image.width = width;
   image.height = height;
@@ -110,6 +147,21 @@ Result<Image> allocate_image(int width, int height, std::string_view source_name
                                              height));
   }
   return image;
+}
+
+Status reshape_image(int width, int height, std::string_view source_name, Image* image) {
+  GPULAB_TRY(check_image_dimensions(width, height, source_name));
+  const size_t bytes = static_cast<size_t>(width) * static_cast<size_t>(height) * 3;
+  try {
+    image->rgb.resize(bytes);
+  } catch (const std::bad_alloc&) {
+    return Status::out_of_memory(fmt::format("image '{}': cannot allocate {} bytes for {}x{} RGB pixels.",
+                                             source_name, bytes, width, height));
+  }
+  image->width = width;
+  image->height = height;
+  image->channels = 3;
+  return Status::ok();
 }
 
 }  // namespace image_detail

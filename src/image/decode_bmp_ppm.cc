@@ -92,8 +92,8 @@ Result<Image> decode_bmp(std::span<const std::byte> bytes, std::string_view sour
                      fmt::format("pixel data truncated (needs {} bytes at offset {}, file has {})",
                                  stride * static_cast<uint64_t>(height), pixel_offset, size));
   }
-  GPULAB_ASSIGN_OR_RETURN(Image image,
-                          allocate_image(static_cast<int>(width), static_cast<int>(height), source_name));
+  GPULAB_ASSIGN_OR_RETURN(Image image, allocate_image(static_cast<int>(width), static_cast<int>(height),
+                                                      bytes.size(), source_name));
   const int bytes_per_pixel = bits_per_pixel / 8;
   for (int64_t y = 0; y < height; ++y) {
     const int64_t file_row = top_down ? y : height - 1 - y;
@@ -171,8 +171,8 @@ Result<Image> decode_ppm(std::span<const std::byte> bytes, std::string_view sour
                     "Re-copy the file.",
                     source_name, bytes.size() - pos, needed));
   }
-  GPULAB_ASSIGN_OR_RETURN(Image image,
-                          allocate_image(static_cast<int>(*width), static_cast<int>(*height), source_name));
+  GPULAB_ASSIGN_OR_RETURN(Image image, allocate_image(static_cast<int>(*width), static_cast<int>(*height),
+                                                      bytes.size(), source_name));
   const auto* src = reinterpret_cast<const uint8_t*>(bytes.data()) + pos;
   if (!gray) {
     std::memcpy(image.rgb.data(), src, needed);

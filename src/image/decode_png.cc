@@ -43,7 +43,8 @@ void warning_callback(png_structp, png_const_charp) {}  // e.g. unknown ancillar
 // C++ work between libpng calls; no exception or longjmp leaves it.
 bool allocate_rows(PngReadState* state, png_uint_32 width, png_uint_32 height, size_t row_bytes) {
   auto image = allocate_image(static_cast<int>(width > 0x7fffffff ? 0 : width),
-                              static_cast<int>(height > 0x7fffffff ? 0 : height), state->source_name);
+                              static_cast<int>(height > 0x7fffffff ? 0 : height), state->bytes.size(),
+                              state->source_name);
   if (!image.is_ok()) {
     state->status = image.status();
     return false;
@@ -72,6 +73,18 @@ bool run_png_read(png_structp png, png_infop info, PngReadState* state) {
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_read_fn(png, state, read_callback);
   png_set_crc_action(png, PNG_CRC_ERROR_QUIT, PNG_CRC_ERROR_QUIT);
+  // libpng allocates a chunk's declared length before reading it, and an image's rows from the
+  // header's width: no chunk may be larger than the file itself (plus 1 MiB for decompressed
+  // text and profiles), no side longer than the decoders' limit.
+  png_set_chunk_malloc_max(png, state->bytes.size() + (size_t{1} << 20));
+  png_set_user_limits(png, static_cast<png_uint_32>(kMaxImageSide), static_cast<png_uint_32>(kMaxImageSide));
+  // libpng 1.6's eXIf reader allocates the declared length without that limit; chunks that only
+  // carry metadata gpulab does not use (EXIF, text, colour profile, gamma, times, palettes'
+  // histograms, physical size, background) are skipped unread instead.
+  static constexpr png_byte kSkipped[] =
+      "eXIf\0iCCP\0iTXt\0tEXt\0zTXt\0sPLT\0tIME\0hIST\0pCAL\0sCAL\0"
+      "oFFs\0pHYs\0bKGD\0sBIT\0cHRM\0gAMA\0sRGB";
+  png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, kSkipped, static_cast<int>(sizeof(kSkipped) / 5));
   png_read_info(png, info);
 
   const png_uint_32 width = png_get_image_width(png, info);

@@ -17,17 +17,21 @@ std::string_view trim(std::string_view s) {
 
 Result<std::vector<std::string>> load_labels(const std::filesystem::path& path) {
   GPULAB_ASSIGN_OR_RETURN(std::string text, read_file_text(path));
+  return parse_labels(text, path.string());
+}
+
+Result<std::vector<std::string>> parse_labels(std::string_view text, std::string_view source_name) {
   std::vector<std::string> labels;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
-    labels.emplace_back(trim(std::string_view(text).substr(start, end - start)));
+    labels.emplace_back(trim(text.substr(start, end - start)));
     start = end + 1;
   }
   if (labels.empty()) {
     return Status::invalid_file(
-        fmt::format("labels '{}': the file is empty. Expected one class label per line.", path.string()));
+        fmt::format("labels '{}': the file is empty. Expected one class label per line.", source_name));
   }
   return labels;
 }

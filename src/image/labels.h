@@ -15,6 +15,8 @@ namespace gpulab {
 // trimmed; blank lines are kept as empty labels (they hold a class index); a final newline does not
 // make an extra label. An empty file: kInvalidFile; missing: kNotFound.
 Result<std::vector<std::string>> load_labels(const std::filesystem::path& path);
+// The same from the file's text; `source_name` names it in messages.
+Result<std::vector<std::string>> parse_labels(std::string_view text, std::string_view source_name);
 
 // The label of output `index` of a classifier with `num_classes` outputs.
 //  - num_classes == labels.size(): labels[index].

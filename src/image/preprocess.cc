@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -470,6 +471,172 @@ Image resize_pixels(const Image& image, int width, int height) {
 
 }  // namespace
 
+namespace {
+
+// x = (p / 255 - mean) / std = p * scale + bias.
+struct NormalizeCoefficients {
+  std::array<float, 3> scale{}, bias{};
+};
+
+NormalizeCoefficients normalize_coefficients(const PreprocessSpec& spec) {
+  NormalizeCoefficients k;
+  for (int c = 0; c < 3; ++c) {
+    k.scale[c] = static_cast<float>(1.0 / (255.0 * spec.std[c]));
+    k.bias[c] = static_cast<float>(-static_cast<double>(spec.mean[c]) / spec.std[c]);
+  }
+  return k;
+}
+
+// resize_crop_into() for kTorchvision: PIL's two passes restricted to the crop window. Output
+// column x of the resized image depends only on the input columns of its filter, output row y only
+// on the horizontally resampled rows of its filter, so computing the window alone gives the same
+// bytes. Where width or height is unchanged PIL skips that pass; the filter at scale 1 is the
+// identity (one tap of weight 1), so running it changes nothing.
+Status torchvision_resize_crop_window(const Image& image, int source_width, int source_height,
+                                      const PreprocessSpec& spec, std::span<uint8_t> out,
+                                      ResizeScratch* scratch) {
+  GPULAB_ASSIGN_OR_RETURN(const CropGeometry g, crop_geometry(source_width, source_height, spec));
+  const int64_t rw = g.resized_width, rh = g.resized_height;
+  const int s = spec.output_size;
+  const int off_x = g.crop_x, off_y = g.crop_y;
+  const int x0 = std::max(off_x, 0), x1 = std::min<int>(off_x + s, static_cast<int>(rw));
+  const int y0 = std::max(off_y, 0), y1 = std::min<int>(off_y + s, static_cast<int>(rh));
+  if (x0 > off_x || y0 > off_y || x1 < off_x + s || y1 < off_y + s) std::fill(out.begin(), out.end(), 0);
+  const size_t cols = static_cast<size_t>(std::max(x1 - x0, 0));
+  const size_t row_bytes = cols * 3;
+  auto out_row = [&](int y) {
+    return out.data() + (static_cast<size_t>(y - off_y) * s + static_cast<size_t>(x0 - off_x)) * 3;
+  };
+  // The horizontal pass over input row r, window columns only. Skipped (a copy) where PIL skips
+  // it: the width does not change.
+  const bool resample_x = image.width != rw;
+  const AxisWeights wx = resample_x ? compute_axis_weights(image.width, static_cast<int>(rw)) : AxisWeights{};
+  auto horizontal_row = [&](int r, uint8_t* dst) {
+    const uint8_t* in = image.rgb.data() + static_cast<size_t>(r) * image.width * 3;
+    if (!resample_x) {
+      std::memcpy(dst, in + static_cast<size_t>(x0) * 3, row_bytes);
+      return;
+    }
+    for (int x = x0; x < x1; ++x) {
+      const int32_t* k = &wx.coeff[static_cast<size_t>(x) * wx.max_count];
+      const uint8_t* src = in + static_cast<size_t>(wx.first[x]) * 3;
+      int32_t acc[3] = {1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1)};
+      for (int i = 0; i < wx.count[x]; ++i) {
+        for (int c = 0; c < 3; ++c) acc[c] += src[i * 3 + c] * k[i];
+      }
+      for (int c = 0; c < 3; ++c) dst[(x - x0) * 3 + c] = clamp_fixed(acc[c]);
+    }
+  };
+  if (image.height == rh) {  // no vertical pass: the window's rows straight into the output
+    for (int y = y0; y < y1; ++y) horizontal_row(y, out_row(y));
+    return Status::ok();
+  }
+  const AxisWeights wy = compute_axis_weights(image.height, static_cast<int>(rh));
+  int r0 = image.height, r1 = 0;  // input rows the window's output rows read
+  for (int y = y0; y < y1; ++y) {
+    r0 = std::min(r0, wy.first[y]);
+    r1 = std::max(r1, wy.first[y] + wy.count[y]);
+  }
+  if (r0 >= r1) return Status::ok();
+  scratch->rows.resize(static_cast<size_t>(r1 - r0) * row_bytes);
+  for (int r = r0; r < r1; ++r)
+    horizontal_row(r, scratch->rows.data() + static_cast<size_t>(r - r0) * row_bytes);
+  std::vector<int32_t>& acc = scratch->acc;
+  acc.resize(row_bytes);
+  for (int y = y0; y < y1; ++y) {
+    std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
+    const int32_t* k = &wy.coeff[static_cast<size_t>(y) * wy.max_count];
+    for (int i = 0; i < wy.count[y]; ++i) {
+      const uint8_t* src = scratch->rows.data() + static_cast<size_t>(wy.first[y] + i - r0) * row_bytes;
+      const int32_t weight = k[i];
+      for (size_t j = 0; j < row_bytes; ++j) acc[j] += src[j] * weight;
+    }
+    uint8_t* dst = out_row(y);
+    for (size_t j = 0; j < row_bytes; ++j) dst[j] = clamp_fixed(acc[j]);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<CropGeometry> crop_geometry(int source_width, int source_height, const PreprocessSpec& spec) {
+  if (spec.preset == PreprocessSpec::Preset::kTfSlim) {
+    if (source_width <= 0 || source_height <= 0)
+      return Status::invalid_argument(
+          fmt::format("preprocess: image size {}x{} is not positive.", source_width, source_height));
+    CropGeometry g;
+    g.crop_x = central_crop_offset(source_width, spec.central_fraction);
+    g.crop_y = central_crop_offset(source_height, spec.central_fraction);
+    g.resized_width = source_width - 2 * g.crop_x;
+    g.resized_height = source_height - 2 * g.crop_y;
+    return g;
+  }
+  int64_t rw = 0, rh = 0;
+  resized_size(source_width, source_height, spec.resize_shorter, &rw, &rh);
+  if (source_width <= 0 || source_height <= 0 || rw > kMaxImageSide || rh > kMaxImageSide ||
+      rw * rh > kMaxImagePixels) {
+    return Status::invalid_argument(fmt::format(
+        "preprocess: resizing the {}x{} image's shorter side to {} gives {}x{}, beyond {} pixels "
+        "per side or {} in total. The image's aspect ratio is too extreme for this preset.",
+        source_width, source_height, spec.resize_shorter, rw, rh, kMaxImageSide, kMaxImagePixels));
+  }
+  CropGeometry g;
+  g.resized_width = static_cast<int>(rw);
+  g.resized_height = static_cast<int>(rh);
+  g.crop_x = center_crop_offset(g.resized_width, spec.output_size);
+  g.crop_y = center_crop_offset(g.resized_height, spec.output_size);
+  return g;
+}
+
+Status resize_crop_into(const Image& image, int source_width, int source_height, const PreprocessSpec& spec,
+                        std::span<uint8_t> out_hwc, ResizeScratch* scratch) {
+  GPULAB_TRY(check_input(image, spec, "resize_crop_into"));
+  const size_t s = static_cast<size_t>(spec.output_size);
+  if (out_hwc.size() != s * s * 3) {
+    return Status::invalid_argument(
+        fmt::format("resize_crop_into: output buffer holds {} bytes, needs {} ({}x{}x3).", out_hwc.size(),
+                    s * s * 3, s, s));
+  }
+  if (spec.preset == PreprocessSpec::Preset::kTfSlim) {
+    tf_slim_resize(image, spec, [&](int y, int x, int c, float v) {
+      out_hwc[(static_cast<size_t>(y) * s + x) * 3 + c] =
+          static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+    });
+    return Status::ok();
+  }
+  if (source_width <= 0 || source_height <= 0) {
+    return Status::invalid_argument(
+        fmt::format("resize_crop_into: source size {}x{} is not positive.", source_width, source_height));
+  }
+  return torchvision_resize_crop_window(image, source_width, source_height, spec, out_hwc, scratch);
+}
+
+Status normalize_into(std::span<const uint8_t> hwc, const PreprocessSpec& spec, std::span<float> out_chw) {
+  GPULAB_TRY(spec.validate());
+  const size_t plane = static_cast<size_t>(spec.output_size) * spec.output_size;
+  if (hwc.size() != plane * 3 || static_cast<int64_t>(out_chw.size()) != spec.image_numel()) {
+    return Status::invalid_argument(fmt::format(
+        "normalize_into: {} input bytes and {} output floats for a {}x{} image (needs {} and {}).",
+        hwc.size(), out_chw.size(), spec.output_size, spec.output_size, plane * 3, plane * 3));
+  }
+  // One table per channel (the same float expression preprocess() evaluates, for each of the 256
+  // values) and one pass over the pixels writing the three planes.
+  const NormalizeCoefficients k = normalize_coefficients(spec);
+  std::array<std::array<float, 256>, 3> table{};
+  for (int c = 0; c < 3; ++c)
+    for (int v = 0; v < 256; ++v) table[c][v] = static_cast<float>(v) * k.scale[c] + k.bias[c];
+  float* r = out_chw.data();
+  float* g = r + plane;
+  float* b = g + plane;
+  const uint8_t* p = hwc.data();
+  for (size_t i = 0; i < plane; ++i, p += 3) {
+    r[i] = table[0][p[0]];
+    g[i] = table[1][p[1]];
+    b[i] = table[2][p[2]];
+  }
+  return Status::ok();
+}
+
 Status preprocess(const Image& image, const PreprocessSpec& spec, std::span<float> out_chw) {
   GPULAB_TRY(check_input(image, spec, "preprocess"));
   if (static_cast<int64_t>(out_chw.size()) != spec.image_numel()) {
@@ -479,14 +646,9 @@ Status preprocess(const Image& image, const PreprocessSpec& spec, std::span<floa
   }
   const int s = spec.output_size;
   const size_t plane = static_cast<size_t>(s) * s;
-  // x = (p / 255 - mean) / std = p * scale + bias.
-  std::array<float, 3> scale{}, bias{};
-  for (int c = 0; c < 3; ++c) {
-    scale[c] = static_cast<float>(1.0 / (255.0 * spec.std[c]));
-    bias[c] = static_cast<float>(-static_cast<double>(spec.mean[c]) / spec.std[c]);
-  }
+  const auto [scale, bias] = normalize_coefficients(spec);
   if (spec.preset == PreprocessSpec::Preset::kTfSlim) {
-    tf_slim_resize(image, spec, [&](int y, int x, int c, float v) {
+    tf_slim_resize(image, spec, [&, &scale = scale, &bias = bias](int y, int x, int c, float v) {
       out_chw[c * plane + static_cast<size_t>(y) * s + x] = v * scale[c] + bias[c];
     });
     return Status::ok();

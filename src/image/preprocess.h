@@ -33,6 +33,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gpulab/status.h"
 #include "gpulab/tensor.h"
@@ -90,6 +91,42 @@ Result<Tensor> make_batch(std::span<const Image> images, const PreprocessSpec& s
 // upload uint8 and normalize on the GPU. kTorchvision: exactly the pixels preprocess() normalizes.
 // kTfSlim: the float resize rounded to the nearest integer (within 0.5 of what preprocess() uses).
 Result<Image> resize_crop(const Image& image, const PreprocessSpec& spec);
+
+// A preset's geometry for an image of source_width x source_height:
+//  - kTorchvision: the size its shorter side is resized to (resized_width x resized_height) and
+//    the crop's top-left corner in the resized image (negative where the crop is larger than it,
+//    which pads);
+//  - kTfSlim: the central crop's corner (crop_x, crop_y) and size (resized_width x
+//    resized_height) in the image, which is then resized to output_size.
+// kInvalidArgument for non-positive sizes or a resize too large.
+struct CropGeometry {
+  int resized_width = 0, resized_height = 0;
+  int crop_x = 0, crop_y = 0;
+};
+Result<CropGeometry> crop_geometry(int source_width, int source_height, const PreprocessSpec& spec);
+
+// Reusable buffers of resize_crop_into(), so that a loop over images reaches a steady state
+// without allocating pixel buffers. One per thread; the contents between calls mean nothing.
+struct ResizeScratch {
+  std::vector<uint8_t> rows;  // the horizontal pass's output rows
+  std::vector<int32_t> acc;   // the vertical pass's accumulators
+};
+
+// resize_crop() into `out_hwc` (exactly output_size^2 * 3 bytes, uint8 HWC RGB), for an image that
+// may have been decoded at a reduced size (DecodeOptions::min_shorter_side):
+//  - kTorchvision: the geometry, i.e. the resized size and the crop offsets, comes from the
+//    file's `source_width` x `source_height`, the pixels from `image`, which PIL's antialiased
+//    bilinear filter takes to that resized size. Only the pixels inside the crop window are
+//    computed (both passes restricted to the rows and columns it needs), each one exactly as
+//    resize_crop() computes it, so with `image` at its source size the bytes equal resize_crop()'s
+//    and normalize_into() of them equals preprocess().
+//  - kTfSlim: as resize_crop() on `image` (source size unused).
+Status resize_crop_into(const Image& image, int source_width, int source_height, const PreprocessSpec& spec,
+                        std::span<uint8_t> out_hwc, ResizeScratch* scratch);
+
+// Step 3 alone: uint8 HWC RGB output_size^2 pixels -> float32 CHW (spec.image_numel() floats),
+// x = p * (1 / (255 std)) - mean / std, the arithmetic preprocess() uses.
+Status normalize_into(std::span<const uint8_t> hwc, const PreprocessSpec& spec, std::span<float> out_chw);
 
 // PIL's Image.resize((width, height), Image.BILINEAR) on an RGB image (antialiased when
 // downscaling; see kTorchvision step 1). kInvalidArgument for non-positive sizes.

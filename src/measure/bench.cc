@@ -105,6 +105,7 @@ Result<BenchResult> run_bench_loop(const BenchOptions& options, const BenchHooks
     }
     ++warmup_rounds;
   } while ((now_s() - warmup_start_s) * 1000.0 < options.warmup_ms);
+  if (hooks.before_measure) hooks.before_measure();
 
   // Measurement.
   std::vector<std::deque<Pending>> pending(static_cast<size_t>(streams));
@@ -570,12 +571,15 @@ Status write_bench_json(const std::filesystem::path& path, const BenchResult& re
   return write_file_atomic(path, to_json(result).dump(2) + "\n").with_context("--json");
 }
 
-void fill_bench_input(std::span<float> values) {
-  uint32_t state = 12345;
+void BenchInputGenerator::fill(std::span<float> values) {
   for (float& v : values) {
-    state = state * 1664525u + 1013904223u;
-    v = static_cast<float>(state >> 8) / static_cast<float>(1u << 23) - 1.0f;
+    state_ = state_ * 1664525u + 1013904223u;
+    v = static_cast<float>(state_ >> 8) / static_cast<float>(1u << 23) - 1.0f;
   }
+}
+
+void fill_bench_input(std::span<float> values) {
+  BenchInputGenerator().fill(values);
 }
 
 Status write_output_npy(const std::filesystem::path& path, const BenchOutput& output) {

@@ -89,6 +89,9 @@ struct BenchHooks {
   std::function<Result<DeviceTimes>(int stream)> wait;
   // Monotonic host clock in seconds. Empty: std::chrono::steady_clock.
   std::function<double()> now_s;
+  // Called once between the warm-up and the measurement (may block: several GPUs start their
+  // timed windows together). Empty: nothing.
+  std::function<void()> before_measure;
 };
 
 // ---- Results -----------------------------------------------------------------------------------
@@ -157,6 +160,15 @@ std::vector<LayerProfileRow> make_profile(std::span<const LayerTiming> layers,
 // every batch that has one, so bench/compare_pytorch.py rebuilds the first images to check the
 // logits that --save-output writes (docs/metrics.md).
 void fill_bench_input(std::span<float> values);
+// The same sequence in pieces: each fill() continues where the last one ended, so a large batch
+// can be generated through a small buffer.
+class BenchInputGenerator {
+ public:
+  void fill(std::span<float> values);
+
+ private:
+  uint32_t state_ = 12345;
+};
 
 // The logits of one inference (the first stream's, after the measurement): --save-output.
 struct BenchOutput {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cublasLt.h>
@@ -63,19 +64,37 @@ struct StreamState {
   }
 };
 
-Status setup_stream(StreamState& s, Engine& engine, int64_t input_elems, int64_t logit_elems) {
+// The bench input (fill_bench_input's sequence) uploaded to `d_input` through a bounded pageable
+// buffer, so that a batch of tens of thousands of images needs no host copy of its whole input.
+Status upload_bench_input(float* d_input, int64_t elems) {
+  constexpr int64_t kChunkElems = int64_t{16} << 20;  // 64 MiB of float32
+  std::vector<float> chunk(static_cast<size_t>(std::min(elems, kChunkElems)));
+  BenchInputGenerator generator;
+  for (int64_t done = 0; done < elems; done += kChunkElems) {
+    const int64_t n = std::min(kChunkElems, elems - done);
+    generator.fill(std::span<float>(chunk.data(), static_cast<size_t>(n)));
+    GPULAB_CUDA_TRY(cudaMemcpy(d_input + done, chunk.data(), static_cast<size_t>(n) * sizeof(float),
+                               cudaMemcpyHostToDevice));
+  }
+  return Status::ok();
+}
+
+// Pinned host copies of the input and logits only when iterations copy them (`transfers`).
+Status setup_stream(StreamState& s, Engine& engine, int64_t input_elems, int64_t logit_elems,
+                    bool transfers) {
   GPULAB_ASSIGN_OR_RETURN(s.context, engine.create_context());
   GPULAB_CUDA_TRY(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   const auto in_bytes = static_cast<size_t>(input_elems) * sizeof(float);
   const auto out_bytes = static_cast<size_t>(logit_elems) * sizeof(float);
   GPULAB_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&s.d_input), in_bytes));
   GPULAB_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&s.d_logits), out_bytes));
-  GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_input), in_bytes));
-  GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_logits), out_bytes));
   // A fixed pseudo-random input in [-1, 1): real-looking data, the same every run.
-  fill_bench_input(std::span<float>(s.h_input, static_cast<size_t>(input_elems)));
-  GPULAB_CUDA_TRY(cudaMemcpyAsync(s.d_input, s.h_input, in_bytes, cudaMemcpyHostToDevice, s.stream));
-  GPULAB_CUDA_TRY(cudaStreamSynchronize(s.stream));
+  GPULAB_TRY(upload_bench_input(s.d_input, input_elems));
+  if (transfers) {
+    GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_input), in_bytes));
+    GPULAB_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&s.h_logits), out_bytes));
+    fill_bench_input(std::span<float>(s.h_input, static_cast<size_t>(input_elems)));
+  }
   for (auto& set : s.events) {
     for (cudaEvent_t& e : set) GPULAB_CUDA_TRY(cudaEventCreate(&e));
   }
@@ -236,7 +255,8 @@ Result<Ceilings> measure_ceilings(int device, const std::string& precision) {
 
 struct EngineStreams::Stream : StreamState {};
 
-Result<std::unique_ptr<EngineStreams>> EngineStreams::create(Engine& engine, int streams, int64_t batch) {
+Result<std::unique_ptr<EngineStreams>> EngineStreams::create(Engine& engine, int streams, int64_t batch,
+                                                             bool transfers) {
   const EngineInfo& info = engine.info();
   if (batch > info.max_batch) {
     return Status::invalid_argument(
@@ -253,10 +273,12 @@ Result<std::unique_ptr<EngineStreams>> EngineStreams::create(Engine& engine, int
   out->per_image_elems_ = per_image;
   out->classes_ = info.num_classes;
   out->batch_ = batch;
+  out->transfers_ = transfers;
   for (int i = 0; i < streams; ++i) {
     out->streams_.push_back(std::make_unique<Stream>());
-    GPULAB_TRY(setup_stream(*out->streams_.back(), engine, batch * per_image, batch * info.num_classes)
-                   .with_context(fmt::format("bench: setting up stream {}", i)));
+    GPULAB_TRY(
+        setup_stream(*out->streams_.back(), engine, batch * per_image, batch * info.num_classes, transfers)
+            .with_context(fmt::format("bench: setting up stream {}", i)));
   }
   return out;
 }
@@ -395,7 +417,8 @@ Result<BenchResult> run_engine_bench(const BenchOptions& options, const EngineBe
   GPULAB_ASSIGN_OR_RETURN(const std::shared_ptr<Engine> engine,
                           load_or_build_engine(options, request, plan_seconds));
   const EngineInfo& info = engine->info();
-  GPULAB_ASSIGN_OR_RETURN(auto streams, EngineStreams::create(*engine, options.streams, options.batch));
+  GPULAB_ASSIGN_OR_RETURN(auto streams, EngineStreams::create(*engine, options.streams, options.batch,
+                                                              options.include_transfers));
 
   std::optional<GpuState> start_state, end_state;
   if (request.read_gpu_state) start_state = request.read_gpu_state(options.device);
@@ -416,6 +439,75 @@ Result<BenchResult> run_engine_bench(const BenchOptions& options, const EngineBe
   }
   if (options.profile) {
     GPULAB_ASSIGN_OR_RETURN(result.profile, profile_layers(*streams, options, info, result.ceilings));
+  }
+  return result;
+}
+
+// ---- gpulab bench --gpus --------------------------------------------------------------------------
+
+namespace {
+
+// One GPU's engine and streams, made and destroyed with that GPU current.
+struct GpuEngine {
+  GpuPlacement place;
+  std::shared_ptr<Engine> engine;
+  std::unique_ptr<EngineStreams> streams;
+  ~GpuEngine() {
+    if (cudaSetDevice(place.device) == cudaSuccess) {
+      streams.reset();
+      engine.reset();
+    }
+  }
+};
+
+Status prepare_gpu(GpuEngine& g, const BenchOptions& options, const EngineBenchRequest& request) {
+  GPULAB_TRY(use_cuda_device(g.place.device, "bench --gpus"));
+  BenchOptions on_gpu = options;
+  on_gpu.device = g.place.device;
+  double plan_seconds = 0;
+  GPULAB_ASSIGN_OR_RETURN(g.engine, load_or_build_engine(on_gpu, request, plan_seconds));
+  GPULAB_ASSIGN_OR_RETURN(
+      g.streams, EngineStreams::create(*g.engine, options.streams, options.batch, options.include_transfers));
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<MultiBenchResult> run_engine_bench_multi(const MultiBenchOptions& options,
+                                                const EngineBenchRequest& request,
+                                                const std::vector<GpuPlacement>& gpus) {
+  GPULAB_TRY(validate(options.bench));
+  std::vector<std::unique_ptr<GpuEngine>> engines;
+  for (const GpuPlacement& p : gpus) {
+    engines.push_back(std::make_unique<GpuEngine>());
+    engines.back()->place = p;
+  }
+  // Every GPU builds (times its tactics) at once, on a thread of its own.
+  std::vector<Status> built(engines.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    threads.emplace_back([&, i] { built[i] = prepare_gpu(*engines[i], options.bench, request); });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<GpuBenchInput> inputs;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    GpuEngine& g = *engines[i];
+    GPULAB_TRY(built[i].with_context(fmt::format("GPU {}", g.place.device)));
+    inputs.push_back({.device = static_cast<uint32_t>(g.place.device),
+                      .name = g.engine->info().gpu_name,
+                      .hooks = g.streams->hooks(options.bench),
+                      .cpus = g.place.cpus,
+                      .numa_node = g.place.numa_node,
+                      .on_thread_start = [device = g.place.device]() -> Status {
+                        GPULAB_CUDA_TRY(cudaSetDevice(device));
+                        return Status::ok();
+                      }});
+  }
+  GPULAB_ASSIGN_OR_RETURN(MultiBenchResult result, run_multi_bench(options, inputs));
+  for (size_t i = 0; i < engines.size(); ++i) {
+    const EngineInfo& info = engines[i]->engine->info();
+    result.gpus[i].bench.precision = std::string(precision_name(info.precision));
+    fill_cuda_environment(info, result.gpus[i].bench.environment);
   }
   return result;
 }

@@ -13,17 +13,20 @@
 #include "gpulab/engine.h"
 #include "gpulab/status.h"
 #include "measure/bench.h"
+#include "measure/multi_bench.h"
 
 namespace gpulab::measure {
 
 class EngineStreams;
 
 // `streams` execution contexts of `engine` for batches up to `batch`, each on its own CUDA stream
-// with its device input (filled with fill_bench_input), logits, pinned host copies and events:
-// what run_bench_loop drives. Allocation failures are kOutOfMemory. Frees everything it holds.
+// with its device input (filled with fill_bench_input's sequence), logits and events, and with
+// `transfers` pinned host copies of both for the iterations to copy: what run_bench_loop drives.
+// Allocation failures are kOutOfMemory. Frees everything it holds.
 class EngineStreams {
  public:
-  static Result<std::unique_ptr<EngineStreams>> create(Engine& engine, int streams, int64_t batch);
+  static Result<std::unique_ptr<EngineStreams>> create(Engine& engine, int streams, int64_t batch,
+                                                       bool transfers);
   ~EngineStreams();
   EngineStreams(const EngineStreams&) = delete;
   EngineStreams& operator=(const EngineStreams&) = delete;
@@ -41,6 +44,7 @@ class EngineStreams {
   EngineStreams() = default;
   std::vector<std::unique_ptr<Stream>> streams_;
   int64_t per_image_elems_ = 0, classes_ = 0, batch_ = 0;
+  bool transfers_ = false;
 };
 
 // CUDA runtime, driver, cuDNN and cuBLAS versions and the engine's GPU, into `env`.
@@ -68,6 +72,19 @@ struct EngineBenchRequest {
 // the GPU name, the start/end GPU state, the profile (options.profile) and the ceilings
 // (request.measure_ceilings). kUnavailable when no GPU is usable.
 Result<BenchResult> run_engine_bench(const BenchOptions& options, const EngineBenchRequest& request);
+
+// One GPU of `gpulab bench --gpus`: its CUDA ordinal and where its feeding thread runs.
+struct GpuPlacement {
+  int device = 0;
+  std::vector<int> cpus;  // from NVML's CPU affinity; empty: not pinned
+  std::optional<int> numa_node;
+};
+
+// `gpulab bench --gpus`: builds (or loads) the engine on every GPU, one thread per GPU, then
+// run_multi_bench: the first GPU alone (options.single_baseline), then all at once.
+Result<MultiBenchResult> run_engine_bench_multi(const MultiBenchOptions& options,
+                                                const EngineBenchRequest& request,
+                                                const std::vector<GpuPlacement>& gpus);
 
 // `gpulab bench --ceilings` without a model: measures only the ceilings of the device.
 Result<Ceilings> measure_ceilings(int device, const std::string& precision);

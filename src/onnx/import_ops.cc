@@ -1,6 +1,7 @@
 // One converter per ONNX op: the node's attributes (with ONNX defaults) and constant inputs become
 // the typed attrs of a gpulab Node. Each refuses, naming the node, what gpulab cannot run.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ Result<float> AttrReader::get_float(const std::string& name, float fallback) {
   const auto* a = find(name);
   if (!a) return fallback;
   if (a->type() != onnx::AttributeProto::FLOAT) return type_error(name, "a float");
+  // No ONNX op gpulab reads takes an infinite or NaN attribute (epsilon, alpha, beta, ratio), and
+  // plan headers (JSON) cannot carry one.
+  if (!std::isfinite(a->f()))
+    return Status::invalid_model(where_ + ": attribute '" + name + "' is " + std::to_string(a->f()) +
+                                 ", not a finite number.");
   return a->f();
 }
 
@@ -140,6 +146,8 @@ Result<float> scalar_input(const NodeContext& c, int i, const char* what) {
   if (t->dtype() != DataType::kFloat32 || t->numel() != 1) {
     return Status::unsupported(c.where + ": " + what + " must be a float32 scalar.");
   }
+  // Clip's bounds: +-infinity is a missing bound, NaN is no bound at all.
+  if (std::isnan(t->f32()[0])) return Status::invalid_model(c.where + ": " + what + " is NaN.");
   return t->f32()[0];
 }
 

@@ -12,10 +12,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Refuse tensors above this many elements: far beyond any image classifier, and it keeps a
-// corrupt dims field from asking for an absurd allocation.
-constexpr int64_t kMaxTensorElements = int64_t{1} << 32;
-
 Result<std::vector<std::byte>> read_external(const onnx::TensorProto& t, const ImportContext& ctx,
                                              const std::string& where, size_t want_bytes) {
   if (!ctx.base_dir) {

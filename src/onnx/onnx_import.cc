@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checked.h"
 #include "core/file_io.h"
 #include "onnx/import_internal.h"
 
@@ -209,12 +210,27 @@ Status Importer::resolve_same_pads() {
       const PoolAttrs& a = node.attr<PoolAttrs>();
       kernel = a.kernel, stride = a.stride, dilation = a.dilation;
     }
-    auto total = [](int64_t in, int64_t k, int64_t s, int64_t d) {
-      const int64_t out = (in + s - 1) / s;
-      return std::max<int64_t>((out - 1) * s + (k - 1) * d + 1 - in, 0);
+    // Attributes from the file: out = ceil(in / s) is at most in, so (out - 1) * s < in + s.
+    auto total = [](int64_t in, int64_t k, int64_t s, int64_t d) -> std::optional<int64_t> {
+      if (in < 1 || k < 1 || s < 1 || d < 1) return std::nullopt;
+      const int64_t out = (in - 1) / s + 1;
+      const std::optional<int64_t> extent = checked_mul(k - 1, d);
+      const std::optional<int64_t> end = extent ? checked_add((out - 1) * s + 1 - in, *extent) : std::nullopt;
+      if (!end) return std::nullopt;
+      return std::max<int64_t>(*end, 0);
     };
-    const int64_t th = total(x->shape[2], kernel.h, stride.h, dilation.h);
-    const int64_t tw = total(x->shape[3], kernel.w, stride.w, dilation.w);
+    const std::optional<int64_t> total_h = total(x->shape[2], kernel.h, stride.h, dilation.h);
+    const std::optional<int64_t> total_w = total(x->shape[3], kernel.w, stride.w, dilation.w);
+    if (!total_h || !total_w) {
+      return Status::invalid_model(
+          "node '" + node.name + "': auto_pad " +
+          (p.mode == AutoPad::kSameUpper ? "SAME_UPPER" : "SAME_LOWER") + " over input " +
+          x->shape.to_string() + " with kernel " + std::to_string(kernel.h) + "x" + std::to_string(kernel.w) +
+          ", strides " + std::to_string(stride.h) + "x" + std::to_string(stride.w) + ", dilations " +
+          std::to_string(dilation.h) + "x" + std::to_string(dilation.w) +
+          ": the window is not positive or too large. The model file is corrupt.");
+    }
+    const int64_t th = *total_h, tw = *total_w;
     const bool upper = p.mode == AutoPad::kSameUpper;
     const Pads pads{upper ? th / 2 : th - th / 2, upper ? tw / 2 : tw - tw / 2, upper ? th - th / 2 : th / 2,
                     upper ? tw - tw / 2 : tw / 2};
@@ -334,6 +350,73 @@ Status Importer::spatial_means_to_pools() {
   return changed ? graph_.infer_shapes() : Status::ok();
 }
 
+namespace {
+
+// RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.
+bool is_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t min = 0, cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, min = 0x80, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, min = 0x800, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, min = 0x10000, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;  // the sequence runs past the end
+    for (size_t k = 1; k <= n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+// Names and metadata end up in JSON (inspect --json, plan headers), which must be UTF-8 (ONNX's
+// strings are, by its spec): one that is not is refused here, naming where it is.
+Status check_names_are_utf8(const onnx::ModelProto& model) {
+  const onnx::GraphProto& g = model.graph();
+  auto bad = [](const std::string& what, const std::string& s) {
+    std::string shown;
+    for (unsigned char c : s.substr(0, 64))
+      shown += c < 0x80 && c >= 0x20 ? std::string(1, static_cast<char>(c)) : "?";
+    return Status::invalid_model(what + " '" + shown + "' is not valid UTF-8. The file is corrupt.");
+  };
+  if (!is_utf8(g.name())) return bad("the graph name", g.name());
+  for (const auto& kv : model.metadata_props())
+    if (!is_utf8(kv.key()) || !is_utf8(kv.value())) return bad("metadata entry", kv.key());
+  for (const auto& t : g.initializer())
+    if (!is_utf8(t.name())) return bad("an initializer name", t.name());
+  for (const auto& v : g.input())
+    if (!is_utf8(v.name())) return bad("a graph input name", v.name());
+  for (const auto& v : g.output())
+    if (!is_utf8(v.name())) return bad("a graph output name", v.name());
+  for (const auto& n : g.node()) {
+    if (!is_utf8(n.name()) || !is_utf8(n.op_type()) || !is_utf8(n.domain()))
+      return bad("a node name or op", n.name());
+    for (const std::string& v : n.input())
+      if (!is_utf8(v)) return bad("a node input name", v);
+    for (const std::string& v : n.output())
+      if (!is_utf8(v)) return bad("a node output name", v);
+    for (const auto& a : n.attribute())
+      if (!is_utf8(a.name())) return bad("an attribute name", a.name());
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<Graph> Importer::run(const onnx::ModelProto& model) {
   if (!model.has_graph() || model.graph().node_size() == 0) {
     return Status::invalid_model(
@@ -341,6 +424,7 @@ Result<Graph> Importer::run(const onnx::ModelProto& model) {
         "model, or it is truncated.");
   }
   const onnx::GraphProto& g = model.graph();
+  GPULAB_TRY(check_names_are_utf8(model));
   GPULAB_TRY(read_opset(model));
   graph_.name = g.name();
   for (const auto& kv : model.metadata_props()) graph_.metadata[kv.key()] = kv.value();

@@ -586,8 +586,9 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
   input_step.precision = options.precision;
   plan.steps.push_back(input_step);
   for (const auto& [name, precision] : options.layer_precision) {
-    const bool found = std::any_of(graph.nodes.begin(), graph.nodes.end(),
-                                   [&](const Node& n) { return n.name == name && n.op == OpType::kConv; });
+    const bool found = std::any_of(graph.nodes.begin(), graph.nodes.end(), [&wanted = name](const Node& n) {
+      return n.name == wanted && n.op == OpType::kConv;
+    });
     if (!found)
       return Status::invalid_argument(
           fmt::format("plan: --layer-precision names '{}' ({}), but the model has no "

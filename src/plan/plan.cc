@@ -3,11 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "core/checked.h"
 #include "core/file_io.h"
 
 namespace gpulab {
@@ -185,6 +189,55 @@ bool weight_ok(const Plan& plan, int w) {
   return w >= -1 && w < static_cast<int>(plan.weights.size());
 }
 
+// The sizes the runtime multiplies (a value's bytes per image times the max batch, the input image,
+// a weight's elements times its element size) must be computable: checked first, before any
+// other check or the runtime multiplies them. Beyond kMaxPlanBatch images or kMaxPlanValueBytes
+// for a value at the max batch, no GPU could hold the plan anyway.
+constexpr int64_t kMaxPlanBatch = 65536;
+constexpr int64_t kMaxPlanValueBytes = int64_t{1} << 47;
+constexpr int64_t kMaxPlanTotalBytes = int64_t{1} << 56;
+
+Status check_sizes(const Plan& plan) {
+  if (plan.max_batch > kMaxPlanBatch)
+    return corrupt(fmt::format("max batch {} is above {}", plan.max_batch, kMaxPlanBatch));
+  auto at_max_batch = [&](int64_t h, int64_t w, int64_t c, size_t elem) -> std::optional<int64_t> {
+    if (h < 1 || w < 1 || c < 1) return std::nullopt;
+    const std::array<int64_t, 5> dims{h, w, c, static_cast<int64_t>(elem),
+                                      std::max<int64_t>(plan.max_batch, 1)};
+    const std::optional<int64_t> bytes = checked_product(dims);
+    if (!bytes || *bytes > kMaxPlanValueBytes) return std::nullopt;
+    return bytes;
+  };
+  if (!at_max_batch(plan.input_h, plan.input_w, plan.input_channels, sizeof(float)))
+    return corrupt(fmt::format("the input [{},{},{}] at batch {} is not a positive size below {} bytes",
+                               plan.input_channels, plan.input_h, plan.input_w, plan.max_batch,
+                               kMaxPlanValueBytes));
+  if (plan.num_classes > kMaxTensorElements)
+    return corrupt(fmt::format("{} classes are more than {}", plan.num_classes, kMaxTensorElements));
+  int64_t total_bytes = 0;  // the memory planner's arena never exceeds the sum
+  for (size_t i = 0; i < plan.values.size(); ++i) {
+    const PlanValue& v = plan.values[i];
+    const std::optional<int64_t> bytes = at_max_batch(v.h, v.w, v.c, dtype_size(v.dtype));
+    const std::optional<int64_t> total = bytes ? checked_add(total_bytes, *bytes) : std::nullopt;
+    if (total && *total <= kMaxPlanTotalBytes) {
+      total_bytes = *total;
+      continue;
+    }
+    if (bytes)
+      return corrupt(
+          fmt::format("its values take more than {} bytes at batch {}", kMaxPlanTotalBytes, plan.max_batch));
+    return corrupt(fmt::format("value {} '{}' [{},{},{}] at batch {} is not a positive size below {} bytes",
+                               i, v.name, v.h, v.w, v.c, plan.max_batch, kMaxPlanValueBytes));
+  }
+  for (const PlanWeight& w : plan.weights) {
+    const std::optional<int64_t> numel = checked_product(w.shape.dims);
+    if (!numel || std::any_of(w.shape.dims.begin(), w.shape.dims.end(), [](int64_t d) { return d < 0; }) ||
+        !checked_mul(*numel, static_cast<int64_t>(dtype_size(w.dtype))))
+      return corrupt(fmt::format("weight '{}' has an invalid shape {}", w.name, w.shape.to_string()));
+  }
+  return Status::ok();
+}
+
 // Batch, image and class counts, and the input ... output frame of the steps.
 Status check_header(const Plan& plan) {
   if (plan.max_batch < 1) return corrupt(fmt::format("max batch {} is not positive", plan.max_batch));
@@ -348,6 +401,7 @@ Status check_weights(const Plan& plan) {
 }  // namespace
 
 Status Plan::validate() const {
+  GPULAB_TRY(check_sizes(*this));
   GPULAB_TRY(check_header(*this));
   GPULAB_TRY(check_values(*this));
   for (size_t i = 0; i < steps.size(); ++i) GPULAB_TRY(check_step(*this, i));
@@ -517,6 +571,13 @@ Activation activation_from(int v) {
   return static_cast<Activation>(v);
 }
 
+// A Clip bound: JSON has no infinity, and nlohmann writes one (a Clip with only a min or only a
+// max) as null, which reads back as the missing bound's infinity (`sign` -1: min, +1: max).
+float clip_bound(const json& j, int sign) {
+  if (j.is_null()) return sign * std::numeric_limits<float>::infinity();
+  return j.get<float>();
+}
+
 template <typename T>
 T value_or_throw(Result<T> r) {
   if (!r.is_ok()) throw std::runtime_error(r.status().message());
@@ -565,8 +626,8 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
     s.tactic = js.at("tactic").get<std::string>();
     s.flops_per_image = js.at("flops_per_image").get<double>();
     s.activation = activation_from(js.at("activation").get<int>());
-    s.clip_min = js.at("clip").at(0).get<float>();
-    s.clip_max = js.at("clip").at(1).get<float>();
+    s.clip_min = clip_bound(js.at("clip").at(0), -1);
+    s.clip_max = clip_bound(js.at("clip").at(1), +1);
     if (s.kind == StepKind::kConv || s.kind == StepKind::kStem) {
       const auto& c = js.at("conv");
       s.conv.kernel = hw_from(c.at("kernel"));
@@ -575,8 +636,8 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
       s.conv.dilation = hw_from(c.at("dilation"));
       s.conv.groups = c.at("groups").get<int64_t>();
       s.conv.activation = activation_from(c.at("activation").get<int>());
-      s.conv.clip_min = c.at("clip").at(0).get<float>();
-      s.conv.clip_max = c.at("clip").at(1).get<float>();
+      s.conv.clip_min = clip_bound(c.at("clip").at(0), -1);
+      s.conv.clip_max = clip_bound(c.at("clip").at(1), +1);
       s.conv.has_residual = c.at("has_residual").get<bool>();
       if (s.conv.groups < 1 || s.conv.kernel.h < 1 || s.conv.kernel.w < 1 || s.conv.stride.h < 1 ||
           s.conv.stride.w < 1 || s.conv.dilation.h < 1 || s.conv.dilation.w < 1)
@@ -649,7 +710,9 @@ std::vector<std::byte> serialize_plan(const Plan& plan) {
     offsets.push_back(blob_size);
     blob_size += w.bytes.size();
   }
-  const std::string header = header_json(plan, offsets).dump();
+  // Names come from the model: one that is not UTF-8 (the importer refuses those) would make
+  // dump() throw; it is written with U+FFFD in its place instead.
+  const std::string header = header_json(plan, offsets).dump(-1, ' ', false, json::error_handler_t::replace);
   std::vector<std::byte> out;
   out.reserve(48 + header.size() + blob_size);
   for (char c : kPlanMagic) out.push_back(static_cast<std::byte>(c));

@@ -14,6 +14,11 @@ Result<TimingCache> TimingCache::load(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return cache;
   GPULAB_ASSIGN_OR_RETURN(auto text, read_file_text(path));
+  return parse(text, path.string());
+}
+
+Result<TimingCache> TimingCache::parse(std::string_view text, std::string_view source_name) {
+  TimingCache cache;
   try {
     const auto j = nlohmann::json::parse(text);
     if (j.at("format").get<int>() != 1) throw std::runtime_error("format is not 1");
@@ -22,7 +27,7 @@ Result<TimingCache> TimingCache::load(const std::filesystem::path& path) {
           TimingEntry{value.at("tactic").get<std::string>(), value.at("time_ms").get<double>()};
   } catch (const std::exception& e) {
     return Status::invalid_file(fmt::format(
-        "timing cache '{}': {}. Delete the file; the next build recreates it.", path.string(), e.what()));
+        "timing cache '{}': {}. Delete the file; the next build recreates it.", source_name, e.what()));
   }
   return cache;
 }

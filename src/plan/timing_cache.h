@@ -23,6 +23,8 @@ class TimingCache {
  public:
   // A missing file is an empty cache; an unreadable or malformed one is kInvalidFile.
   static Result<TimingCache> load(const std::filesystem::path& path);
+  // Parses the file's text; `source_name` names it in messages. kInvalidFile when malformed.
+  static Result<TimingCache> parse(std::string_view text, std::string_view source_name);
   // Crash-safe write (temporary file, then rename).
   Status save(const std::filesystem::path& path) const;
 

@@ -48,7 +48,17 @@ class CudaTarget final : public SweepTarget {
     return {.kind = "cuda", .description = name, .device = options_.device};
   }
 
+  // Every call makes this target's GPU current first: with several GPUs (MultiGpuTarget) each
+  // target is called from threads of its own.
+  Status use_device() const {
+    GPULAB_CUDA_TRY(cudaSetDevice(options_.device));
+    return Status::ok();
+  }
+
+  void set_before_measure(std::function<void()> fn) override { before_measure_ = std::move(fn); }
+
   Result<PlanFacts> prepare_plan(Precision precision, int64_t batch) override {
+    GPULAB_TRY(use_device());
     const auto start = Clock::now();
     if (engine_ && precision_ == precision && engine_->info().max_batch >= batch) {
       return facts("reuse", seconds_since(start));
@@ -58,27 +68,35 @@ class CudaTarget final : public SweepTarget {
     build.precision = precision;
     build.max_batch = batch;
     build.device = options_.device;
+    if (options_.timed_tactics_max_batch > 0 && batch > options_.timed_tactics_max_batch)
+      build.time_tactics = false;
     GPULAB_ASSIGN_OR_RETURN(engine_, Engine::build_from_onnx(options_.model_path, build));
     precision_ = precision;
+    tactics_ = build.time_tactics ? "timed" : "heuristic";
     return facts("build", seconds_since(start));
   }
 
   Status prepare_context(int64_t batch) override {
     if (!engine_) return Status::internal("sweep: prepare_context before prepare_plan");
-    GPULAB_ASSIGN_OR_RETURN(streams_, measure::EngineStreams::create(*engine_, 1, batch));
+    GPULAB_TRY(use_device());
+    GPULAB_ASSIGN_OR_RETURN(streams_,
+                            measure::EngineStreams::create(*engine_, 1, batch, options_.include_transfers));
     return Status::ok();
   }
 
   Result<measure::BenchResult> measure(const measure::BenchOptions& options) override {
     if (!streams_) return Status::internal("sweep: measure before prepare_context");
-    GPULAB_ASSIGN_OR_RETURN(measure::BenchResult result,
-                            measure::run_bench_loop(options, streams_->hooks(options)));
+    GPULAB_TRY(use_device());
+    measure::BenchHooks hooks = streams_->hooks(options);
+    hooks.before_measure = before_measure_;
+    GPULAB_ASSIGN_OR_RETURN(measure::BenchResult result, measure::run_bench_loop(options, hooks));
     result.precision = std::string(precision_name(engine_->info().precision));
     measure::fill_cuda_environment(engine_->info(), result.environment);
     return result;
   }
 
   void release() override {
+    (void)use_device();
     streams_.reset();
     engine_.reset();
     // Work still queued holds memory until it ends; the next reading must see it freed.
@@ -86,6 +104,7 @@ class CudaTarget final : public SweepTarget {
   }
 
   std::optional<int64_t> device_memory_used_bytes() override {
+    if (!use_device().is_ok()) return std::nullopt;
     size_t free = 0, total = 0;
     if (cudaMemGetInfo(&free, &total) != cudaSuccess) return std::nullopt;
     return static_cast<int64_t>(total - free);
@@ -133,7 +152,8 @@ class CudaTarget final : public SweepTarget {
  private:
   Result<PlanFacts> facts(std::string source, double seconds) const {
     const EngineInfo& info = engine_->info();
-    PlanFacts f{.max_batch = info.max_batch, .source = std::move(source), .seconds = seconds};
+    PlanFacts f{
+        .max_batch = info.max_batch, .source = std::move(source), .tactics = tactics_, .seconds = seconds};
     for (const LayerInfo& l : info.layers) {
       f.flops_per_image += l.flops_per_image;
       f.bytes_per_image += static_cast<double>(l.bytes_per_image);
@@ -192,7 +212,9 @@ class CudaTarget final : public SweepTarget {
   CudaTargetOptions options_;
   std::shared_ptr<Engine> engine_;
   Precision precision_ = Precision::kFp32;
+  std::string tactics_;
   std::unique_ptr<measure::EngineStreams> streams_;
+  std::function<void()> before_measure_;
   std::vector<LabelledImage> gate_images_;
   std::vector<Tensor> gate_batches_;
   std::vector<int64_t> reference_top1_;

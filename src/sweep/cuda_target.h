@@ -15,6 +15,11 @@ struct CudaTargetOptions {
   BuildOptions build;  // precision, max_batch and device are set per point
   int device = 0;
   int accuracy_batch = 64;  // images per inference of the accuracy gate
+  bool include_transfers = false;
+  // Plans for larger batches take cuDNN's heuristic choice instead of timing every candidate:
+  // timing at tens of thousands of images takes minutes per plan (a FP32 ResNet-18 plan at batch
+  // 1024 took 77 s on the H200). 0: time at every batch.
+  int64_t timed_tactics_max_batch = 1024;
 };
 
 // Each point builds the plan for its precision and batch (kept when the next point of the same

@@ -7,10 +7,11 @@
 namespace gpulab::sweep {
 
 Result<std::unique_ptr<NvmlTelemetrySource>> NvmlTelemetrySource::create(
-    std::shared_ptr<const telemetry::Telemetry> nvml, uint32_t device, int period_ms) {
+    std::shared_ptr<const telemetry::Telemetry> nvml, std::vector<uint32_t> devices, int period_ms) {
   GPULAB_ASSIGN_OR_RETURN(
-      auto sampler, telemetry::Sampler::create(
-                        std::move(nvml), {.period_ms = period_ms, .devices = {device}, .processes = true}));
+      auto sampler,
+      telemetry::Sampler::create(std::move(nvml),
+                                 {.period_ms = period_ms, .devices = std::move(devices), .processes = true}));
   return std::unique_ptr<NvmlTelemetrySource>(new NvmlTelemetrySource(std::move(sampler)));
 }
 

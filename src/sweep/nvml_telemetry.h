@@ -17,7 +17,7 @@ namespace gpulab::sweep {
 class NvmlTelemetrySource final : public TelemetrySource {
  public:
   static Result<std::unique_ptr<NvmlTelemetrySource>> create(std::shared_ptr<const telemetry::Telemetry> nvml,
-                                                             uint32_t device, int period_ms);
+                                                             std::vector<uint32_t> devices, int period_ms);
   void start() override;
   std::vector<telemetry::GpuSample> stop() override;
 

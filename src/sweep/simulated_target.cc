@@ -132,6 +132,27 @@ Result<SimulatedScenario> parse_scenario(const json& doc) {
   return s;
 }
 
+Result<std::vector<SimulatedScenario>> load_scenarios(const std::filesystem::path& path, size_t count) {
+  GPULAB_ASSIGN_OR_RETURN(const std::string text, read_file_text(path));
+  const json doc = json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return Status::invalid_file(fmt::format("scenario '{}': not a JSON object", path.string()));
+  }
+  const json per_gpu = doc.value("gpus", json::array());
+  if (!per_gpu.is_array())
+    return Status::invalid_file(fmt::format("scenario '{}': gpus is not a list", path.string()));
+  std::vector<SimulatedScenario> out;
+  for (size_t i = 0; i < count; ++i) {
+    json merged = doc;
+    merged.erase("gpus");
+    if (i < per_gpu.size()) merged.merge_patch(per_gpu[i]);
+    auto s = parse_scenario(merged);
+    if (!s.is_ok()) return s.status().with_context(fmt::format("'{}', GPU {}", path.string(), i));
+    out.push_back(std::move(*s));
+  }
+  return out;
+}
+
 Result<SimulatedScenario> load_scenario(const std::filesystem::path& path) {
   GPULAB_ASSIGN_OR_RETURN(const std::string text, read_file_text(path));
   const json doc = json::parse(text, nullptr, false);
@@ -185,6 +206,7 @@ Result<PlanFacts> SimulatedTarget::prepare_plan(Precision precision, int64_t bat
                    .input_bytes_per_image = scenario_.input_bytes_per_image,
                    .max_batch = batch,
                    .source = "build",
+                   .tactics = "simulated",
                    .seconds = 0};
 }
 
@@ -206,6 +228,7 @@ Status SimulatedTarget::prepare_context(int64_t batch) {
 Result<measure::BenchResult> SimulatedTarget::measure(const measure::BenchOptions& options) {
   if (!precision_ || context_batch_ < options.batch)
     return Status::internal("simulated: measure before prepare");
+  if (before_measure_) before_measure_();  // the warm-up is instantaneous here
   const SimulatedPrecision& p = current();
   const auto batch = static_cast<double>(options.batch);
   if (p.oom_stage == OomStage::kRun &&
@@ -332,7 +355,7 @@ std::vector<telemetry::GpuSample> SimulatedTarget::stop() {
     telemetry::GpuSample s;
     const double t_ms = span_ms * static_cast<double>(i + 1) / static_cast<double>(count);
     s.timestamp_ms = end_ms - static_cast<int64_t>(span_ms - t_ms);
-    s.index = 0;
+    s.index = device_index_;
     s.name = scenario_.gpu_name;
     s.power_limit_w = power_limit_w();
     s.sm_clock_max_mhz = static_cast<uint32_t>(scenario_.sm_clock_max_mhz);

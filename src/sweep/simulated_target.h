@@ -79,6 +79,9 @@ struct SimulatedScenario {
 
 // kInvalidFile naming the file and the key for a malformed scenario; kNotFound for a missing file.
 Result<SimulatedScenario> load_scenario(const std::filesystem::path& path);
+// `count` simulated GPUs (`--gpus`): the scenario, with its "gpus" list's i-th object (when there is
+// one) merged into it for GPU i (JSON merge patch), e.g. "gpus": [{}, {"power_limit_w": 500}].
+Result<std::vector<SimulatedScenario>> load_scenarios(const std::filesystem::path& path, size_t count);
 Result<SimulatedScenario> parse_scenario(const nlohmann::json& doc);
 
 class SimulatedTarget : public SweepTarget, public TelemetrySource {
@@ -90,6 +93,9 @@ class SimulatedTarget : public SweepTarget, public TelemetrySource {
   void set_power_limit_source(std::function<std::optional<double>()> source) {
     power_limit_ = std::move(source);
   }
+  // The NVML index its telemetry readings carry (a simulated GPU among several).
+  void set_device_index(uint32_t index) { device_index_ = index; }
+  void set_before_measure(std::function<void()> fn) override { before_measure_ = std::move(fn); }
 
   TargetInfo info() const override;
   Result<PlanFacts> prepare_plan(Precision precision, int64_t batch) override;
@@ -125,6 +131,8 @@ class SimulatedTarget : public SweepTarget, public TelemetrySource {
   SimulatedScenario scenario_;
   std::string description_;
   std::function<std::optional<double>()> power_limit_;
+  std::function<void()> before_measure_;
+  uint32_t device_index_ = 0;
   std::optional<Precision> precision_;
   double plan_mib_ = 0, context_mib_ = 0, leaked_mib_ = 0;
   int64_t context_batch_ = 0;

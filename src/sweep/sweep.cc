@@ -278,8 +278,9 @@ struct Runner {
     return it->second;
   }
 
-  PointRates rates_of(const SweepPoint& point) const {
-    const measure::BenchResult& b = *point.bench;
+  // The rates of one measurement (the point's, or one GPU's part of it) of `point`'s plan.
+  PointRates rates_of(const SweepPoint& point, const measure::BenchResult& b,
+                      const PointTelemetry& telemetry) const {
     PointRates r;
     const double compute_s = b.gpu_compute_ms.median * 1e-3;
     const auto batch = static_cast<double>(point.batch);
@@ -299,18 +300,17 @@ struct Runner {
     }
     if (b.latency_ms.median > 0) r.enqueue_ratio = b.enqueue_ms.median / b.latency_ms.median;
     if (b.h2d_ms && b.gpu_compute_ms.median > 0) r.h2d_ratio = b.h2d_ms->median / b.gpu_compute_ms.median;
-    if (point.telemetry.pcie_rx_bytes_per_image) {
-      r.pcie_rx_gb_s = *point.telemetry.pcie_rx_bytes_per_image * b.throughput_ips / 1e9;
+    if (telemetry.pcie_rx_bytes_per_image) {
+      r.pcie_rx_gb_s = *telemetry.pcie_rx_bytes_per_image * b.throughput_ips / 1e9;
       if (result.h2d_gb_s && *result.h2d_gb_s > 0) r.pcie_link_share = *r.pcie_rx_gb_s / *result.h2d_gb_s;
     }
     return r;
   }
 
-  std::vector<Verdict> verdicts_of(const SweepPoint& point) const {
-    const measure::BenchResult& b = *point.bench;
+  std::vector<Verdict> verdicts_of(const SweepPoint& point, const measure::BenchResult& b,
+                                   const PointTelemetry& t, const PointRates& rates) const {
     const auto ceilings = ceilings_of(point.precision);
-    const PointTelemetry& t = point.telemetry;
-    VerdictInputs in{.batch = point.batch, .rates = point.rates};
+    VerdictInputs in{.batch = point.batch, .rates = rates};
     if (ceilings && ceilings->tflops > 0) in.compute_ceiling_tflops = ceilings->tflops;
     if (ceilings && ceilings->memory_gb_s > 0) in.memory_ceiling_gb_s = ceilings->memory_gb_s;
     in.h2d_ceiling_gb_s = result.h2d_gb_s;
@@ -331,6 +331,29 @@ struct Runner {
     in.pcie_width = t.pcie_width;
     in.pcie_width_max = t.pcie_width_max;
     return judge_point(in, options.thresholds);
+  }
+
+  // With several GPUs: each GPU's share of the point (its own telemetry, rates and verdicts), and
+  // the point's telemetry and verdicts become the slowest GPU's, the one that limits the aggregate.
+  void add_per_gpu(SweepPoint& point, const std::vector<std::pair<uint32_t, measure::BenchResult>>& parts,
+                   const std::vector<telemetry::GpuSample>& window, uint32_t pid) const {
+    if (parts.empty()) return;
+    for (const auto& [device, b] : parts) {
+      GpuShare share{.device = device,
+                     .throughput_ips = b.throughput_ips,
+                     .gpu_compute_median_ms = b.gpu_compute_ms.median};
+      if (const double* p99 = b.latency_ms.find_percentile(99)) share.latency_p99_ms = *p99;
+      share.telemetry = aggregate_telemetry(window, device, b.iterations * point.batch, b.wall_s, pid);
+      share.rates = rates_of(point, b, share.telemetry);
+      share.verdicts = verdicts_of(point, b, share.telemetry, share.rates);
+      point.per_gpu.push_back(std::move(share));
+    }
+    const auto [slowest, fastest] = std::minmax_element(
+        point.per_gpu.begin(), point.per_gpu.end(),
+        [](const GpuShare& a, const GpuShare& b) { return a.throughput_ips < b.throughput_ips; });
+    point.balance = fastest->throughput_ips > 0 ? slowest->throughput_ips / fastest->throughput_ips : 1.0;
+    point.telemetry = slowest->telemetry;
+    point.verdicts = slowest->verdicts;
   }
 
   // Marks `point` as ended by `status` at `stage`: out of memory, or another failure.
@@ -389,11 +412,13 @@ struct Runner {
       if (s.timestamp_ms >= window_start_ms && s.timestamp_ms <= window_end_ms)
         window.push_back(std::move(s));
     }
-    point.telemetry = aggregate_telemetry(window, context.telemetry_device, bench->iterations * batch,
-                                          bench->wall_s, static_cast<uint32_t>(::getpid()));
+    const auto pid = static_cast<uint32_t>(::getpid());
+    point.telemetry =
+        aggregate_telemetry(window, context.telemetry_device, bench->iterations * batch, bench->wall_s, pid);
     point.bench = std::move(bench);
-    point.rates = rates_of(point);
-    point.verdicts = verdicts_of(point);
+    point.rates = rates_of(point, *point.bench, point.telemetry);
+    point.verdicts = verdicts_of(point, *point.bench, point.telemetry, point.rates);
+    add_per_gpu(point, target.last_per_gpu(), window, pid);
     return point;
   }
 

@@ -47,8 +47,9 @@ struct PlanFacts {
   int64_t param_bytes = 0;            // weights, read once per batch
   int64_t input_bytes_per_image = 0;  // what the H2D copy moves per image (float32 NCHW)
   int64_t max_batch = 0;              // the plan's max batch
-  std::string source;                 // "build" (tactics timed or from the timing cache) or "reuse"
-  double seconds = 0;                 // host time the plan took
+  std::string source;                 // "build" or "reuse" (the previous point's plan covers the batch)
+  std::string tactics;  // "timed" (or from the timing cache), "heuristic" (cuDNN's first choice), "simulated"
+  double seconds = 0;   // host time the plan took
 };
 
 // Where an out-of-memory happened.
@@ -87,6 +88,12 @@ class SweepTarget {
   virtual Result<measure::BenchResult> measure(const measure::BenchOptions& options) = 0;
   // Frees contexts and plans.
   virtual void release() = 0;
+
+  // Several GPUs at once (MultiGpuTarget): `fn` is called between the warm-up and the timed window
+  // of every measure() (the GPUs' windows start together). One GPU: nothing to do.
+  virtual void set_before_measure(std::function<void()> fn) { (void)fn; }
+  // Several GPUs: each GPU's result of the last measure(), by device; one GPU: empty.
+  virtual std::vector<std::pair<uint32_t, measure::BenchResult>> last_per_gpu() const { return {}; }
   // Device memory in use now (the whole device), bytes; nullopt when unknown.
   virtual std::optional<int64_t> device_memory_used_bytes() = 0;
 
@@ -126,6 +133,7 @@ struct SweepOptions {
   measure::BenchOptions bench{.warmup_ms = 200, .min_duration_s = 1, .min_iterations = 10};
   VerdictThresholds thresholds;
   int device = 0;
+  std::vector<uint32_t> gpus;  // --gpus: several GPUs at once (MultiGpuTarget); empty: `device` alone
 };
 
 // kInvalidArgument naming the flag: no precisions or one repeated, batches not strictly increasing
@@ -160,6 +168,17 @@ struct PointTelemetry {
 PointTelemetry aggregate_telemetry(const std::vector<telemetry::GpuSample>& samples, uint32_t device,
                                    int64_t images, double window_s, uint32_t pid);
 
+// One GPU's part of a point measured on several GPUs at once (`--gpus`).
+struct GpuShare {
+  uint32_t device = 0;
+  double throughput_ips = 0;
+  double gpu_compute_median_ms = 0;
+  std::optional<double> latency_p99_ms;
+  PointTelemetry telemetry;
+  PointRates rates;
+  std::vector<Verdict> verdicts;
+};
+
 struct SweepPoint {
   Precision precision = Precision::kFp32;
   int64_t batch = 0;
@@ -178,6 +197,11 @@ struct SweepPoint {
   PointTelemetry telemetry;
   PointRates rates;
   std::vector<Verdict> verdicts;  // the limiting one first
+  // Several GPUs at once: each GPU's part, and slowest / fastest throughput. The point's bench is
+  // then every GPU's iterations pooled (throughput = the aggregate), and its telemetry and
+  // verdicts are the slowest GPU's.
+  std::vector<GpuShare> per_gpu;
+  std::optional<double> balance;
 };
 
 struct PrecisionRecommendation {

@@ -182,6 +182,7 @@ json plan_json(const PlanFacts& p) {
           {"input_bytes_per_image", p.input_bytes_per_image},
           {"max_batch", p.max_batch},
           {"source", p.source},
+          {"tactics", p.tactics},
           {"seconds", p.seconds}};
 }
 
@@ -194,15 +195,79 @@ Result<PlanFacts> plan_from_json(const json& j, const std::string& where) {
   GPULAB_ASSIGN_OR_RETURN(p.input_bytes_per_image, r.integer("input_bytes_per_image"));
   GPULAB_ASSIGN_OR_RETURN(p.max_batch, r.integer("max_batch"));
   GPULAB_ASSIGN_OR_RETURN(p.source, r.text("source"));
+  GPULAB_ASSIGN_OR_RETURN(p.tactics, r.text("tactics"));
   GPULAB_ASSIGN_OR_RETURN(p.seconds, r.number("seconds"));
   return p;
 }
 
-json point_json(const SweepPoint& p) {
+json verdicts_json(const std::vector<Verdict>& list) {
   json verdicts = json::array();
-  for (const Verdict& v : p.verdicts) {
+  for (const Verdict& v : list) {
     verdicts.push_back({{"kind", verdict_name(v.kind)}, {"evidence", v.evidence}, {"values", v.values}});
   }
+  return verdicts;
+}
+
+Result<std::vector<Verdict>> verdicts_from_json(const json& list, const std::string& where) {
+  std::vector<Verdict> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& v = list[i];
+    const Reader vr{v, fmt::format("{}.verdicts[{}]", where, i)};
+    if (!v.is_object()) return vr.bad("", "not an object");
+    GPULAB_ASSIGN_OR_RETURN(const std::string kind, vr.text("kind"));
+    auto parsed = parse_verdict_name(kind);
+    if (!parsed.is_ok()) return vr.bad("kind", parsed.status().message());
+    Verdict verdict{.kind = *parsed};
+    GPULAB_ASSIGN_OR_RETURN(verdict.evidence, vr.text("evidence"));
+    GPULAB_ASSIGN_OR_RETURN(const json* values, vr.object("values"));
+    for (const auto& [name, value] : values->items()) {
+      if (!value.is_number()) return vr.bad("values", "a value is not a number");
+      verdict.values[name] = value.get<double>();
+    }
+    out.push_back(std::move(verdict));
+  }
+  return out;
+}
+
+json per_gpu_json(const std::vector<GpuShare>& shares) {
+  json out = json::array();
+  for (const GpuShare& g : shares) {
+    out.push_back({{"device", g.device},
+                   {"throughput_ips", g.throughput_ips},
+                   {"gpu_compute_median_ms", g.gpu_compute_median_ms},
+                   {"latency_p99_ms", opt(g.latency_p99_ms)},
+                   {"telemetry", telemetry_json(g.telemetry)},
+                   {"rates", rates_json(g.rates)},
+                   {"verdicts", verdicts_json(g.verdicts)}});
+  }
+  return out;
+}
+
+Result<std::vector<GpuShare>> per_gpu_from_json(const json& list, const std::string& where) {
+  std::vector<GpuShare> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = fmt::format("{}.per_gpu[{}]", where, i);
+    const Reader r{list[i], at};
+    if (!list[i].is_object()) return r.bad("", "not an object");
+    GpuShare g;
+    GPULAB_ASSIGN_OR_RETURN(const int64_t device, r.integer("device"));
+    g.device = static_cast<uint32_t>(device);
+    GPULAB_ASSIGN_OR_RETURN(g.throughput_ips, r.number("throughput_ips"));
+    GPULAB_ASSIGN_OR_RETURN(g.gpu_compute_median_ms, r.number("gpu_compute_median_ms"));
+    GPULAB_ASSIGN_OR_RETURN(g.latency_p99_ms, r.optional<double>("latency_p99_ms"));
+    GPULAB_ASSIGN_OR_RETURN(const json* telemetry, r.object("telemetry"));
+    GPULAB_ASSIGN_OR_RETURN(g.telemetry, telemetry_from_json(*telemetry, at + ".telemetry"));
+    GPULAB_ASSIGN_OR_RETURN(const json* rates, r.object("rates"));
+    GPULAB_ASSIGN_OR_RETURN(g.rates, rates_from_json(*rates, at + ".rates"));
+    GPULAB_ASSIGN_OR_RETURN(const json* verdicts, r.array("verdicts"));
+    GPULAB_ASSIGN_OR_RETURN(g.verdicts, verdicts_from_json(*verdicts, at));
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+json point_json(const SweepPoint& p) {
+  json verdicts = verdicts_json(p.verdicts);
   json out = {{"precision", precision_name(p.precision)},
               {"batch", p.batch},
               {"power_limit_w", opt(p.power_limit_w)},
@@ -230,6 +295,10 @@ json point_json(const SweepPoint& p) {
   out["telemetry"] = telemetry_json(p.telemetry);
   out["rates"] = rates_json(p.rates);
   out["verdicts"] = std::move(verdicts);
+  if (!p.per_gpu.empty()) {
+    out["per_gpu"] = per_gpu_json(p.per_gpu);
+    out["balance"] = opt(p.balance);
+  }
   return out;
 }
 
@@ -307,21 +376,11 @@ Result<SweepPoint> point_from_json(const json& j, const std::string& where) {
   GPULAB_ASSIGN_OR_RETURN(const json* rates, r.object("rates"));
   GPULAB_ASSIGN_OR_RETURN(p.rates, rates_from_json(*rates, where + ".rates"));
   GPULAB_ASSIGN_OR_RETURN(const json* verdicts, r.array("verdicts"));
-  for (size_t i = 0; i < verdicts->size(); ++i) {
-    const json& v = (*verdicts)[i];
-    const Reader vr{v, fmt::format("{}.verdicts[{}]", where, i)};
-    if (!v.is_object()) return vr.bad("", "not an object");
-    GPULAB_ASSIGN_OR_RETURN(const std::string kind, vr.text("kind"));
-    auto parsed = parse_verdict_name(kind);
-    if (!parsed.is_ok()) return vr.bad("kind", parsed.status().message());
-    Verdict verdict{.kind = *parsed};
-    GPULAB_ASSIGN_OR_RETURN(verdict.evidence, vr.text("evidence"));
-    GPULAB_ASSIGN_OR_RETURN(const json* values, vr.object("values"));
-    for (const auto& [name, value] : values->items()) {
-      if (!value.is_number()) return vr.bad("values", "a value is not a number");
-      verdict.values[name] = value.get<double>();
-    }
-    p.verdicts.push_back(std::move(verdict));
+  GPULAB_ASSIGN_OR_RETURN(p.verdicts, verdicts_from_json(*verdicts, where));
+  if (j.contains("per_gpu")) {
+    GPULAB_ASSIGN_OR_RETURN(const json* per_gpu, r.array("per_gpu"));
+    GPULAB_ASSIGN_OR_RETURN(p.per_gpu, per_gpu_from_json(*per_gpu, where));
+    GPULAB_ASSIGN_OR_RETURN(p.balance, r.optional<double>("balance"));
   }
   return p;
 }
@@ -366,7 +425,8 @@ json options_json(const SweepOptions& o) {
           {"cuda_graph", o.bench.cuda_graph},
           {"percentiles", o.bench.percentiles},
           {"thresholds", thresholds},
-          {"device", o.device}};
+          {"device", o.device},
+          {"gpus", o.gpus.empty() ? json(nullptr) : json(o.gpus)}};
 }
 
 Result<SweepOptions> options_from_json(const json& j) {
@@ -407,6 +467,12 @@ Result<SweepOptions> options_from_json(const json& j) {
   GPULAB_ASSIGN_OR_RETURN(o.bench.min_duration_s, r.number("min_duration_s"));
   GPULAB_ASSIGN_OR_RETURN(o.bench.min_iterations, r.integer("min_iterations"));
   GPULAB_ASSIGN_OR_RETURN(o.device, r.integer("device"));
+  if (j.contains("gpus") && j["gpus"].is_array()) {
+    for (const json& g : j["gpus"]) {
+      if (!g.is_number_unsigned()) return r.bad("gpus", "a GPU index is not a non-negative integer");
+      o.gpus.push_back(g.get<uint32_t>());
+    }
+  }
   return o;
 }
 
@@ -569,7 +635,7 @@ std::string to_csv(const SweepResult& s) {
       "temperature_max_c,memory_used_process_max_bytes,memory_used_total_max_bytes,pcie_tx_bytes_per_image,"
       "pcie_rx_bytes_per_image,input_bytes_per_image,achieved_tflops,compute_share,achieved_gb_s,memory_"
       "share,"
-      "memory_before_bytes,memory_after_bytes,limiting,verdicts\n";
+      "memory_before_bytes,memory_after_bytes,limiting,verdicts,gpus,balance\n";
   for (const SweepPoint& p : s.points) {
     const auto* b = p.bench ? &*p.bench : nullptr;
     auto pct = [&](const measure::Summary& m) -> std::optional<double> {
@@ -580,7 +646,8 @@ std::string to_csv(const SweepResult& s) {
     const PointTelemetry& t = p.telemetry;
     out += fmt::format(
         "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{"
-        "},{}\n",
+        "},{},"
+        "{},{}\n",
         precision_name(p.precision), p.batch, csv_number(p.power_limit_w, 0), p.phase,
         point_status_name(p.status), p.oom_stage ? oom_stage_name(*p.oom_stage) : "",
         csv_number(b ? std::optional(b->gpu_compute_ms.median) : std::nullopt, 4),
@@ -599,7 +666,8 @@ std::string to_csv(const SweepResult& s) {
         b ? std::to_string(p.plan.input_bytes_per_image) : std::string(),
         csv_number(p.rates.achieved_tflops, 3), csv_number(p.rates.compute_share, 4),
         csv_number(p.rates.achieved_gb_s, 1), csv_number(p.rates.memory_share, 4), i64(p.memory_before_bytes),
-        i64(p.memory_after_bytes), limiting_verdict(p), all_verdicts(p));
+        i64(p.memory_after_bytes), limiting_verdict(p), all_verdicts(p),
+        p.per_gpu.empty() ? 1 : p.per_gpu.size(), csv_number(p.balance, 4));
   }
   return out;
 }
@@ -677,6 +745,21 @@ std::string format_sweep(const SweepResult& s) {
                        verdict_name(p.verdicts.front().kind), p.verdicts.front().evidence);
     for (size_t i = 1; i < p.verdicts.size(); ++i) {
       out += fmt::format("      also {}: {}\n", verdict_name(p.verdicts[i].kind), p.verdicts[i].evidence);
+    }
+  }
+  if (std::any_of(s.points.begin(), s.points.end(), [](const SweepPoint& p) { return !p.per_gpu.empty(); })) {
+    out +=
+        "\nPer GPU (img/s of each GPU while all ran at once; balance = slowest / fastest; the limiting "
+        "verdict):\n";
+    for (const SweepPoint& p : s.points) {
+      if (p.per_gpu.empty()) continue;
+      out += fmt::format("  {} batch {}: balance {:.1f}%;", precision_name(p.precision), p.batch,
+                         p.balance.value_or(1) * 100);
+      for (const GpuShare& g : p.per_gpu) {
+        out += fmt::format(" GPU {} {:.0f} ({})", g.device, g.throughput_ips,
+                           g.verdicts.empty() ? "-" : std::string(verdict_name(g.verdicts.front().kind)));
+      }
+      out += "\n";
     }
   }
   out += "\nRecommendation: the batch with the highest throughput";

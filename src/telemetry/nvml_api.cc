@@ -83,6 +83,12 @@ Result<std::shared_ptr<Library>> Library::load() {
   bind(handle, "nvmlDeviceGetPowerManagementLimitConstraints",
        api.device_get_power_management_limit_constraints);
   bind(handle, "nvmlDeviceSetPowerManagementLimit", api.device_set_power_management_limit);
+  bind(handle, "nvmlDeviceGetPciInfo_v3", api.device_get_pci_info_v3);
+  bind(handle, "nvmlDeviceGetTopologyCommonAncestor", api.device_get_topology_common_ancestor);
+  bind(handle, "nvmlDeviceGetCpuAffinity", api.device_get_cpu_affinity);
+  bind(handle, "nvmlDeviceGetNvLinkState", api.device_get_nvlink_state);
+  bind(handle, "nvmlDeviceGetNvLinkRemotePciInfo_v2", api.device_get_nvlink_remote_pci_info_v2);
+  bind(handle, "nvmlDeviceGetNumaNodeId", api.device_get_numa_node_id);
   if (missing != nullptr) {
     dlclose(handle);
     return Status::unavailable(fmt::format(

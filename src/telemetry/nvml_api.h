@@ -59,6 +59,26 @@ inline constexpr int kPstateUnknown = 32;
 // or no permission).
 inline constexpr unsigned long long kValueNotAvailable = ~0ULL;
 
+// nvmlGpuTopologyLevel_t: the closest common ancestor of two GPUs on the PCIe tree.
+inline constexpr int kTopologyInternal = 0;     // the same board (multi-GPU card)
+inline constexpr int kTopologySingle = 10;      // one PCIe switch
+inline constexpr int kTopologyMultiple = 20;    // several PCIe switches, no host bridge
+inline constexpr int kTopologyHostbridge = 30;  // one host bridge
+inline constexpr int kTopologyNode = 40;        // host bridges of one NUMA node
+inline constexpr int kTopologySystem = 50;      // across NUMA nodes (the CPUs' interconnect)
+// NVML_NVLINK_MAX_LINKS
+inline constexpr unsigned int kNvLinkMaxLinks = 18;
+
+struct PciInfo {  // nvmlPciInfo_t (v3 layout)
+  char bus_id_legacy[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pci_device_id;
+  unsigned int pci_subsystem_id;
+  char bus_id[32];  // "00000000:3B:00.0"
+};
+
 struct Utilization {  // nvmlUtilization_t, percent over the last sample period
   unsigned int gpu;
   unsigned int memory;
@@ -121,6 +141,13 @@ struct Api {
   Return (*device_get_persistence_mode)(Device, int*);
   Return (*device_get_memory_bus_width)(Device, unsigned int*);  // bits, optional
   Return (*device_get_num_gpu_cores)(Device, unsigned int*);     // optional
+  // Topology (several GPUs in one host); all optional.
+  Return (*device_get_pci_info_v3)(Device, PciInfo*);
+  Return (*device_get_topology_common_ancestor)(Device, Device, int*);
+  Return (*device_get_cpu_affinity)(Device, unsigned int, unsigned long*);  // cpuSetSize in unsigned longs
+  Return (*device_get_nvlink_state)(Device, unsigned int, int*);            // link, nvmlEnableState_t
+  Return (*device_get_nvlink_remote_pci_info_v2)(Device, unsigned int, PciInfo*);
+  Return (*device_get_numa_node_id)(Device, unsigned int*);
 };
 
 // The loaded library, initialized (nvmlInit_v2) for the object's lifetime.

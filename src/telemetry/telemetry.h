@@ -70,6 +70,10 @@ class Telemetry {
   // NO_PERMISSION) or where the GPU does not allow it, naming the reason.
   Status set_power_limit_w(std::uint32_t index, double watts) const;
 
+  // The NVML library and device handles, for readers in this folder (topology.cc).
+  const nvml::Library& library() const { return *lib_; }
+  void* device_handle(std::uint32_t index) const { return devices_[index]; }
+
  private:
   // kInvalidArgument naming the index and the GPU count when `index` is out of range.
   Status check_index(std::uint32_t index) const;

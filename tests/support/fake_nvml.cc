@@ -18,6 +18,10 @@
 //                 "max_clocks_mhz": {"sm": 1980, "memory": 3201, "graphics": 1980},
 //                 "pcie_gen_max": 5, "pcie_width_max": 16,
 //                 "processes": [{"pid": 4242, "used_mib": 512}],
+//                 "pci_bus_id": "00000000:1B:00.0",   (default from the device's index)
+//                 "cpu_affinity": [0, 1, 2, 3], "numa_node": 0,   (absent: NOT_SUPPORTED)
+//                 "nvlinks": {"1": 4},                  active NVLinks to device 1
+//                 "topology": {"1": 20},                nvmlGpuTopologyLevel_t to device 1
 //                 "readings": {...},             what each getter answers; null = NOT_SUPPORTED
 //                 "phases": [{"after_ms": 500, "readings": {...}}]}]}
 //                                               from after_ms (since nvmlInit) on, these readings
@@ -168,12 +172,39 @@ Ret answer(const FakeDevice* d, const char* key, T* out) {
   return kSuccess;
 }
 
+std::string fmt_bus_id(unsigned index) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "00000000:%02X:00.0", 0x1B + 0x10 * index);
+  return buf;
+}
+
 Ret copy(char* dst, unsigned len, const std::string& src) {
   if (src.size() + 1 > len) return kInsufficientSize;
   std::memcpy(dst, src.c_str(), src.size() + 1);
   return kSuccess;
 }
 
+std::string pci_bus_id(const FakeDevice* d) {
+  const auto index = static_cast<unsigned>(d - state().devices.data());
+  return d->config.value("pci_bus_id", fmt_bus_id(index));
+}
+struct PciInfo {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+// Link k of a device: the peers of "nvlinks" in index order, each taking its count of links.
+int nvlink_peer(const FakeDevice* d, unsigned link) {
+  const json links = d->config.value("nvlinks", json::object());
+  unsigned seen = 0;
+  for (unsigned peer = 0; peer < state().devices.size(); ++peer) {
+    const std::string key = std::to_string(peer);
+    if (!links.contains(key)) continue;
+    seen += links[key].get<unsigned>();
+    if (link < seen) return static_cast<int>(peer);
+  }
+  return -1;
+}
 }  // namespace
 
 extern "C" {
@@ -350,6 +381,50 @@ Ret nvmlDeviceGetTotalEccErrors(void*, int, int, unsigned long long* n) {
 }
 Ret nvmlDeviceGetPerformanceState(void* d, int* p) {
   return answer(device(d), "pstate", p);
+}
+Ret nvmlDeviceGetPciInfo_v3(void* d, PciInfo* pci) {
+  *pci = PciInfo{};
+  const std::string id = pci_bus_id(device(d));
+  std::snprintf(pci->bus_id, sizeof(pci->bus_id), "%s", id.c_str());
+  return kSuccess;
+}
+Ret nvmlDeviceGetTopologyCommonAncestor(void* a, void* b, int* level) {
+  const auto peer = static_cast<unsigned>(device(b) - state().devices.data());
+  const json topo = device(a)->config.value("topology", json::object());
+  const std::string key = std::to_string(peer);
+  if (!topo.contains(key)) return kNotSupported;
+  *level = topo[key].get<int>();
+  return kSuccess;
+}
+Ret nvmlDeviceGetCpuAffinity(void* d, unsigned words, unsigned long* set) {
+  const json cpus = device(d)->config.value("cpu_affinity", json());
+  if (!cpus.is_array()) return kNotSupported;
+  for (unsigned w = 0; w < words; ++w) set[w] = 0;
+  constexpr unsigned kBits = sizeof(unsigned long) * 8;
+  for (const json& c : cpus) {
+    const auto cpu = c.get<unsigned>();
+    if (cpu / kBits < words) set[cpu / kBits] |= 1UL << (cpu % kBits);
+  }
+  return kSuccess;
+}
+Ret nvmlDeviceGetNumaNodeId(void* d, unsigned* node) {
+  const json n = device(d)->config.value("numa_node", json());
+  if (!n.is_number_integer()) return kNotSupported;
+  *node = n.get<unsigned>();
+  return kSuccess;
+}
+Ret nvmlDeviceGetNvLinkState(void* d, unsigned link, int* active) {
+  if (!device(d)->config.contains("nvlinks")) return kNotSupported;
+  *active = nvlink_peer(device(d), link) >= 0 ? 1 : 0;
+  return kSuccess;
+}
+Ret nvmlDeviceGetNvLinkRemotePciInfo_v2(void* d, unsigned link, PciInfo* pci) {
+  const int peer = nvlink_peer(device(d), link);
+  if (peer < 0) return kInvalidArgument;
+  *pci = PciInfo{};
+  const std::string id = pci_bus_id(&state().devices[static_cast<size_t>(peer)]);
+  std::snprintf(pci->bus_id, sizeof(pci->bus_id), "%s", id.c_str());
+  return kSuccess;
 }
 Ret nvmlDeviceGetPersistenceMode(void*, int* m) {
   *m = 1;

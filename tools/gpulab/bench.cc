@@ -27,6 +27,7 @@
 #define GPULAB_BENCH_TELEMETRY 1
 #include "telemetry/sample.h"
 #include "telemetry/telemetry.h"
+#include "telemetry/topology.h"
 #endif
 
 namespace gpulab::cli {
@@ -41,6 +42,8 @@ struct BenchFlags {
   BuildFlags build;            // how --model is built
   BuildOptions build_options;  // from `build`, by check_flags
   bool ceilings = false;
+  std::string gpus;  // --gpus: "" (one GPU, --device), "all" or "0,2"
+  bool no_single_baseline = false;
   std::string command_line;
 };
 
@@ -77,6 +80,17 @@ Status check_flags(BenchFlags& f, bool precision_given) {
         "{}: it changes how --model is built; the plan '{}' was built already. Drop {}, or pass it "
         "to `gpulab build`.",
         flag, f.plan_path, flag));
+  }
+  if (!f.gpus.empty()) {
+    for (const auto& [given, flag] : {std::pair{f.options.profile, "--profile"},
+                                      {f.ceilings, "--ceilings"},
+                                      {!f.options.output_path.empty(), "--save-output"},
+                                      {!f.options.export_times_path.empty(), "--export-times"}}) {
+      if (given) {
+        return Status::invalid_argument(fmt::format(
+            "{} and --gpus: {} is per GPU. Run it with --device N on the GPU you want.", flag, flag));
+      }
+    }
   }
   for (const auto& [flag, path] : {std::pair{"--model", &f.model_path}, {"--plan", &f.plan_path}}) {
     if (path->empty()) continue;
@@ -122,6 +136,48 @@ void fill_driver(measure::BenchEnvironment& env) {
 }
 #endif
 
+#ifdef GPULAB_BENCH_TELEMETRY
+// `--gpus all|0,2`: every GPU at once, each fed by a thread on its NUMA node's CPUs (NVML).
+int run_bench_gpus(const BenchFlags& f) {
+  auto nvml = telemetry::Telemetry::open();
+  if (!nvml.is_ok()) return report(nvml.status().with_context("bench --gpus: the GPUs' CPU affinity"));
+  GPULAB_ASSIGN_OR_REPORT(const auto devices, measure::parse_gpu_list(f.gpus, (*nvml)->device_count()));
+  GPULAB_ASSIGN_OR_REPORT(const telemetry::Topology topo, telemetry::read_topology(**nvml));
+  std::vector<measure::GpuPlacement> gpus;
+  for (uint32_t d : devices) {
+    const telemetry::GpuPlace& place = topo.gpus[d];
+    gpus.push_back({.device = static_cast<int>(d), .cpus = place.cpus, .numa_node = place.numa_node});
+  }
+  measure::EngineBenchRequest request;
+  request.model_path = f.model_path;
+  request.plan_path = f.plan_path;
+  request.precision = f.precision;
+  request.build = f.build_options;
+  const measure::MultiBenchOptions options{.bench = f.options, .single_baseline = !f.no_single_baseline};
+  GPULAB_ASSIGN_OR_REPORT(const measure::MultiBenchResult result,
+                          measure::run_engine_bench_multi(options, request, gpus));
+  std::fputs(
+      fmt::format("gpulab bench --gpus {}: {} ({}), batch {} per GPU, {}, transfers {}\n\n", f.gpus,
+                  f.model_path.empty() ? f.plan_path : f.model_path, result.gpus.front().bench.precision,
+                  f.options.batch, f.options.cuda_graph ? "CUDA graphs" : "eager",
+                  f.options.include_transfers ? "included" : "not included")
+          .c_str(),
+      stdout);
+  std::fputs(measure::format_multi_summary(result).c_str(), stdout);
+  std::fputs(("\n" + telemetry::format_topology(topo)).c_str(), stdout);
+  if (!f.options.json_path.empty()) {
+    const nlohmann::json header = {{"model", f.model_path.empty() ? f.plan_path : f.model_path},
+                                   {"precision", result.gpus.front().bench.precision},
+                                   {"gpulab_version", GPULAB_VERSION},
+                                   {"command_line", f.command_line},
+                                   {"topology", telemetry::to_json(topo)}};
+    GPULAB_TRY_CLI(write_file_atomic(f.options.json_path, measure::to_json(result, header).dump(2) + "\n")
+                       .with_context("--json"));
+  }
+  return 0;
+}
+#endif
+
 int run_bench(BenchFlags f, bool precision_given) {
   GPULAB_TRY_CLI(check_flags(f, precision_given));
 #ifndef GPULAB_HAVE_RUNTIME
@@ -146,6 +202,9 @@ int run_bench(BenchFlags f, bool precision_given) {
                "bytes read + written; docs/metrics.md");
     return 0;
   }
+#ifdef GPULAB_BENCH_TELEMETRY
+  if (!f.gpus.empty()) return run_bench_gpus(f);
+#endif
   measure::EngineBenchRequest request;
   request.model_path = f.model_path;
   request.plan_path = f.plan_path;
@@ -218,7 +277,14 @@ void add_bench_command(CLI::App& app) {
   sub->add_option("--save-output", o.output_path,
                   "Write the logits of one inference as a NumPy .npy file, float32 [batch, classes] "
                   "(the input: docs/metrics.md)");
-  sub->add_option("--device", o.device, "CUDA device ordinal")->capture_default_str();
+  auto* device = sub->add_option("--device", o.device, "CUDA device ordinal")->capture_default_str();
+  sub->add_option(
+         "--gpus", flags->gpus,
+         "Several GPUs at once: all, or indices like 0,2; each with its own engine and a host thread on "
+         "its NUMA node; per-GPU and aggregate img/s, scaling efficiency")
+      ->excludes(device);
+  sub->add_flag("--no-single-baseline", flags->no_single_baseline,
+                "With --gpus: skip timing the first GPU alone (no scaling efficiency)");
   sub->add_flag("--profile", o.profile,
                 "Also time each layer (eager, events between steps) against its roofline");
   sub->add_flag("--ceilings", flags->ceilings,

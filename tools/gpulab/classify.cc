@@ -7,23 +7,19 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "classify_backend.h"
+#include "classifier.h"
 #include "cli.h"
-#include "core/math.h"
 #include "data_paths.h"
 #include "image/dataset.h"
-#include "image/decode.h"
 #include "image/labels.h"
-#include "image/preprocess.h"
-#include "onnx/onnx_import.h"
-#include "passes/passes.h"
+#include "pipeline/pipeline.h"
+#include "progress.h"
 
 namespace gpulab::cli {
 namespace {
@@ -41,12 +37,6 @@ struct ClassifyOptions {
   std::vector<std::string> inputs;
 };
 
-struct Prediction {
-  int64_t index;
-  float score;  // the model's output: a logit, or a probability when the model ends in Softmax
-  float probability;
-};
-
 struct ImageResult {
   std::string file;
   std::vector<Prediction> top;
@@ -58,62 +48,6 @@ Status validate(const ClassifyOptions& o) {
   if (o.batch < 1 || o.batch > 4096)
     return Status::invalid_argument("--batch must be in 1..4096 (got " + std::to_string(o.batch) + ")");
   return Status::ok();
-}
-
-Result<PreprocessSpec> choose_preprocess(const ClassifyOptions& o,
-                                         const std::map<std::string, std::string>& metadata) {
-  if (o.preprocess == "torchvision") return PreprocessSpec::torchvision_imagenet();
-  if (o.preprocess == "tf-slim") return PreprocessSpec::tf_slim_inception();
-  if (o.preprocess != "auto")
-    return Status::invalid_argument("--preprocess must be auto, torchvision or tf-slim (got '" +
-                                    o.preprocess + "')");
-  const bool has_preprocess_keys = std::any_of(
-      metadata.begin(), metadata.end(), [](const auto& kv) { return kv.first.starts_with("preprocess."); });
-  if (!has_preprocess_keys) {
-    std::fprintf(stderr,
-                 "gpulab: the model names no preprocessing (no preprocess.* metadata); using torchvision's "
-                 "ImageNet transform. Override with --preprocess.\n");
-    return PreprocessSpec::torchvision_imagenet();
-  }
-  return preprocess_from_metadata(metadata);
-}
-
-// The model's image input must be float [N, 3, H, W]; H and W give the preprocessing size.
-Status check_image_input(const Graph& graph, const std::string& model_path) {
-  if (graph.inputs.size() != 1)
-    return Status::unsupported("'" + model_path + "' has " + std::to_string(graph.inputs.size()) +
-                               " inputs; classify needs a model with one image input.");
-  const ValueInfo* in = graph.value(graph.inputs[0]);
-  const Shape shape = in ? in->shape : Shape{};
-  if (shape.rank() != 4 || shape[1] != 3 || shape[2] <= 0 || shape[2] != shape[3]) {
-    return Status::unsupported("'" + model_path + "': input '" + graph.inputs[0] + "' has shape " +
-                               shape.to_string() +
-                               "; classify needs an image input [N,3,S,S] (NCHW, RGB, square). "
-                               "Use `gpulab inspect` to see the model's inputs.");
-  }
-  return Status::ok();
-}
-
-// True when the model's output already is a probability distribution over the classes: a
-// Softmax over the class axis makes it, perhaps behind views (Flatten, Reshape, Identity). A
-// second softmax over probabilities flattens them: 1000 classes would each show about 0.1%.
-bool outputs_probabilities(const Graph& graph) {
-  if (graph.outputs.size() != 1) return false;
-  std::string value = graph.outputs[0];
-  for (int hops = 0; hops < 8; ++hops) {
-    const int producer = graph.producer(value);
-    if (producer < 0) return false;
-    const Node& node = graph.nodes[producer];
-    switch (node.op) {
-      case OpType::kIdentity:
-      case OpType::kDropout:
-      case OpType::kFlatten:
-      case OpType::kReshape: value = node.input(0); continue;
-      case OpType::kSoftmax: return softmax_over_classes(graph, node);
-      default: return false;
-    }
-  }
-  return false;
 }
 
 void print_text(const std::vector<ImageResult>& results, const std::vector<std::string>& labels,
@@ -132,8 +66,9 @@ void print_text(const std::vector<ImageResult>& results, const std::vector<std::
 
 // "output" says what the model computes: "logits" (each top entry has its "logit" and the
 // softmax's "probability") or "probabilities" (the model's own, in "probability").
-nlohmann::json to_json(const std::vector<ImageResult>& results, const std::vector<std::string>& labels,
-                       const ClassifyOptions& o, const std::string& backend, double total_ms,
+nlohmann::json to_json(const std::vector<ImageResult>& results, const std::vector<InputError>& errors,
+                       const std::vector<std::string>& labels, const ClassifyOptions& o,
+                       const std::string& model, const std::string& backend, double total_ms,
                        bool probabilities) {
   nlohmann::json images = nlohmann::json::array();
   for (const ImageResult& r : results) {
@@ -146,25 +81,25 @@ nlohmann::json to_json(const std::vector<ImageResult>& results, const std::vecto
     }
     images.push_back({{"file", r.file}, {"top", std::move(top)}});
   }
-  return {{"model", o.model_path},
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const InputError& e : errors)
+    skipped.push_back({{"file", e.path.string()}, {"error", e.status.to_string()}});
+  return {{"model", model},
           {"plan", o.plan_path},
           {"backend", backend},
           {"output", probabilities ? "probabilities" : "logits"},
           {"top_k", o.top_k},
           {"batch", o.batch},
           {"images", std::move(images)},
+          {"skipped", std::move(skipped)},
           {"wall_ms", total_ms}};
 }
 
 int run_classify(ClassifyOptions o) {
   GPULAB_TRY_CLI(validate(o));
-  const bool default_model = o.model_path.empty() && o.plan_path.empty();
-  if (default_model) {
-    GPULAB_ASSIGN_OR_REPORT(o.model_path, default_model_path());
-    if (o.labels_path.empty()) {
-      auto labels = default_labels_path();
-      if (labels.is_ok()) o.labels_path = *labels;
-    }
+  if (o.model_path.empty() && o.plan_path.empty() && o.labels_path.empty()) {
+    auto labels = default_labels_path();
+    if (labels.is_ok()) o.labels_path = *labels;
   }
   if (o.inputs.empty()) {
     GPULAB_ASSIGN_OR_REPORT(std::string images_dir, default_images_dir());
@@ -177,57 +112,47 @@ int run_classify(ClassifyOptions o) {
   if (!o.labels_path.empty()) {
     GPULAB_ASSIGN_OR_REPORT(labels, load_labels(o.labels_path));
   }
+  GPULAB_ASSIGN_OR_REPORT(std::unique_ptr<Classifier> classifier, load_classifier({.model_path = o.model_path,
+                                                                                   .plan_path = o.plan_path,
+                                                                                   .device = o.device,
+                                                                                   .precision = o.precision,
+                                                                                   .preset = o.preprocess,
+                                                                                   .max_batch = o.batch}));
 
-  std::optional<Graph> graph;
-  if (!o.model_path.empty()) {
-    GPULAB_ASSIGN_OR_REPORT(graph, load_onnx(o.model_path));
-    GPULAB_TRY_CLI(run_passes(*graph, PassOptions{}).with_context("optimizing '" + o.model_path + "'"));
-    GPULAB_TRY_CLI(check_image_input(*graph, o.model_path));
-  }
-  ClassifyBackendOptions backend_options{
-      .device = o.device, .precision = o.precision, .max_batch = o.batch, .plan_path = o.plan_path};
-  GPULAB_ASSIGN_OR_REPORT(std::unique_ptr<ClassifyBackend> backend,
-                          make_classify_backend(graph ? &*graph : nullptr, backend_options));
-  GPULAB_ASSIGN_OR_REPORT(PreprocessSpec spec, choose_preprocess(o, backend->metadata()));
-  // From the model's graph, or from a plan (whose output step applies the model's Softmax).
-  const bool probabilities = graph ? outputs_probabilities(*graph) : backend->outputs_probabilities();
-  spec.output_size = static_cast<int>(backend->input_shape()[2]);
+  // The input pipeline with CPU preprocessing and full-size decodes (no DCT scaling), so that the
+  // pixels are exactly torchvision's; decoding runs on all cores but one while the model runs.
+  std::unique_ptr<BatchBackend> backend = make_cpu_backend(make_host_runner(*classifier), classifier->spec);
+  ProgressLine progress("classify");
+  PipelineOptions pipeline{.files = files,
+                           .spec = classifier->spec,
+                           .batch = o.batch,
+                           .top_k = static_cast<int>(o.top_k),
+                           .dct_scaling = false,
+                           .progress = [&](const PipelineProgress& p) { progress.update(p); }};
+  GPULAB_ASSIGN_OR_REPORT(PipelineResult run, run_pipeline(pipeline, *backend));
+  progress.finish();
 
   std::vector<ImageResult> results;
-  for (size_t start = 0; start < files.size(); start += static_cast<size_t>(o.batch)) {
-    const size_t end = std::min(files.size(), start + static_cast<size_t>(o.batch));
-    std::vector<Image> images;
-    for (size_t i = start; i < end; ++i) {
-      GPULAB_ASSIGN_OR_REPORT(Image image, decode_image(files[i]));
-      images.push_back(std::move(image));
-    }
-    GPULAB_ASSIGN_OR_REPORT(Tensor input, make_batch(images, spec));
-    GPULAB_ASSIGN_OR_REPORT(Tensor logits, backend->run(input));
-    if (logits.shape().rank() != 2 || logits.shape()[0] != static_cast<int64_t>(images.size())) {
-      return report(Status::unsupported("'" + o.model_path + "': output shape " + logits.shape().to_string() +
-                                        " is not [N, classes]; classify needs a classifier."));
-    }
-    const int64_t classes = logits.shape()[1];
-    for (size_t i = 0; i < images.size(); ++i) {
-      std::span<const float> row = logits.f32().subspan(i * classes, classes);
-      const std::vector<float> probs =
-          probabilities ? std::vector<float>(row.begin(), row.end()) : softmax(row);
-      ImageResult r{.file = files[start + i].string()};
-      for (int64_t idx : top_k(row, o.top_k)) r.top.push_back({idx, row[idx], probs[idx]});
-      results.push_back(std::move(r));
-    }
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (run.predictions[i].empty()) continue;
+    std::vector<Prediction> top;
+    for (const Prediction& p : run.predictions[i])
+      if (p.index >= 0) top.push_back(p);
+    results.push_back({.file = files[i].string(), .top = std::move(top)});
   }
   const double total_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-
+  const std::string model = classifier->model_path.empty() ? o.plan_path : classifier->model_path;
   if (o.json) {
-    fmt::print("{}\n", to_json(results, labels, o, backend->name(), total_ms, probabilities).dump(2));
+    fmt::print("{}\n", to_json(results, run.errors, labels, o, model, classifier->backend->name(), total_ms,
+                               classifier->probabilities)
+                           .dump(2));
   } else {
-    print_text(results, labels, probabilities);
-    fmt::print("{} image(s), {} on {}, {:.0f} ms in all\n", results.size(),
-               o.model_path.empty() ? o.plan_path : o.model_path, backend->name(), total_ms);
+    print_text(results, labels, classifier->probabilities);
+    fmt::print("{} image(s), {} on {}, {:.0f} ms in all\n", results.size(), model,
+               classifier->backend->name(), total_ms);
   }
-  return 0;
+  return report_skipped(run.errors, files.size());
 }
 
 }  // namespace

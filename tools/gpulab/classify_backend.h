@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "gpulab/engine.h"
 #include "gpulab/status.h"
 #include "gpulab/tensor.h"
 #include "graph/graph.h"
@@ -32,6 +33,8 @@ class ClassifyBackend {
   // True when run() returns probabilities (a plan whose model ends in Softmax). A backend built
   // from a graph returns false; classify reads the graph itself.
   virtual bool outputs_probabilities() const { return false; }
+  // The GPU engine behind run(), for the pipeline's GPU backend; null on the CPU.
+  virtual std::shared_ptr<Engine> engine() const { return nullptr; }
 };
 
 // `graph` (optimized by run_passes) may be null only when options.plan_path names a plan.

@@ -26,6 +26,7 @@ class EngineBackend final : public ClassifyBackend {
   Shape input_shape() const override { return engine_->info().input_shape; }
   std::map<std::string, std::string> metadata() const override { return engine_->info().metadata; }
   bool outputs_probabilities() const override { return engine_->info().outputs_probabilities; }
+  std::shared_ptr<Engine> engine() const override { return engine_; }
   std::string name() const override {
     const EngineInfo& info = engine_->info();
     return fmt::format("cuda {} ({})", precision_name(info.precision), info.gpu_name);

@@ -5,7 +5,10 @@
 #include <functional>
 #include <string>
 
+#include <vector>
+
 #include "gpulab/status.h"
+#include "pipeline/pipeline.h"
 
 namespace gpulab::cli {
 
@@ -26,6 +29,15 @@ int report(const Status& status);
   if (!tmp.is_ok()) return ::gpulab::cli::report(tmp.status()); \
   decl = std::move(tmp).value()
 
+// Exit code of a run that finished but skipped some inputs (unreadable or corrupt image files),
+// each named on stderr; the results of the other inputs were printed.
+inline constexpr int kExitSomeInputsFailed = 9;
+
+// Prints one line per skipped input on stderr ("gpulab: skipped '<path>': <status>") and returns
+// the exit code: 0 when none was skipped, kExitSomeInputsFailed when some were, and the first
+// error's own code when every one of the `total` inputs failed (nothing to show).
+int report_skipped(const std::vector<InputError>& errors, size_t total);
+
 // The command line as the process received it (for the environment block of JSON results); ""
 // when /proc/self/cmdline cannot be read.
 std::string process_command_line();
@@ -37,6 +49,7 @@ void on_run(CLI::App* sub, std::function<int()> body);
 // Every subcommand's registration, called by main in the order `--help` lists them.
 void add_doctor_command(CLI::App& app);
 void add_classify_command(CLI::App& app);
+void add_pipeline_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_build_command(CLI::App& app);
 void add_bench_command(CLI::App& app);

@@ -6,6 +6,8 @@
 
 #include "cli.h"
 #include "doctor/doctor.h"
+#include "telemetry/telemetry.h"
+#include "telemetry/topology.h"
 
 namespace gpulab::cli {
 
@@ -17,6 +19,7 @@ void add_doctor_command(CLI::App& app) {
     bool no_libraries = false;
     int pcie_load_ms = 400;
     std::string root;
+    bool topology = false;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
@@ -30,10 +33,24 @@ void add_doctor_command(CLI::App& app) {
   sub->add_option("--pcie-load-ms", opts->pcie_load_ms,
                   "Duration of the transfer that wakes the PCIe link before reading it (0: read it idle)")
       ->check(CLI::Range(0, 10000));
+  sub->add_flag(
+      "--topology", opts->topology,
+      "Print how the GPUs connect (NVLink, PCIe switches, host bridges, NUMA) and each GPU's CPUs, as "
+      "`nvidia-smi topo -m` does, and exit");
   sub->add_option("--root", opts->root,
                   "Read /proc, /sys, /dev and container markers below this directory (for tests)")
       ->check(CLI::ExistingDirectory);
   on_run(sub, [opts] {
+    if (opts->topology) {
+      GPULAB_ASSIGN_OR_REPORT(auto nvml, telemetry::Telemetry::open());
+      GPULAB_ASSIGN_OR_REPORT(const telemetry::Topology topo, telemetry::read_topology(*nvml));
+      if (opts->json) {
+        std::printf("%s\n", telemetry::to_json(topo).dump(2).c_str());
+      } else {
+        std::printf("%s", telemetry::format_topology(topo).c_str());
+      }
+      return 0;
+    }
     doctor::DoctorOptions options;
     if (!opts->root.empty()) {
       options.system = doctor::SystemView{};

@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "core/file_io.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 #include "gpulab/version.h"
 
@@ -26,6 +27,19 @@ std::string process_command_line() {
   return out;
 }
 
+int report_skipped(const std::vector<InputError>& errors, size_t total) {
+  if (errors.empty()) return 0;
+  std::fflush(stdout);
+  for (const InputError& e : errors)
+    std::fprintf(stderr, "gpulab: skipped '%s': %s\n", e.path.string().c_str(), e.status.to_string().c_str());
+  if (errors.size() < total) {
+    std::fprintf(stderr, "gpulab: %zu of %zu input(s) skipped (exit code %d)\n", errors.size(), total,
+                 kExitSomeInputsFailed);
+    return kExitSomeInputsFailed;
+  }
+  return exit_code_for(errors.front().status.code());
+}
+
 void on_run(CLI::App* sub, std::function<int()> body) {
   sub->callback([body = std::move(body)] {
     const int code = body();
@@ -37,6 +51,7 @@ void on_run(CLI::App* sub, std::function<int()> body) {
 
 int main(int argc, char** argv) {
   using namespace gpulab;
+  install_interrupt_handlers();  // SIGINT/SIGTERM leave no partial output file (core/interrupt.h)
   CLI::App app{"gpulab: fast image-model inference on NVIDIA GPUs, and why it is as fast as it is"};
   app.set_version_flag("--version", std::string("gpulab ") + GPULAB_VERSION);
   app.require_subcommand(1);
@@ -51,6 +66,7 @@ int main(int argc, char** argv) {
   cli::add_doctor_command(app);
 #endif
   cli::add_classify_command(app);
+  cli::add_pipeline_command(app);
   cli::add_inspect_command(app);
   cli::add_build_command(app);  // without a CUDA build it says so and exits non-zero
   cli::add_bench_command(app);  // always: without a GPU runtime it says so and exits non-zero

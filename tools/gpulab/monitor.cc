@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "core/interrupt.h"
 #include "telemetry/format.h"
 #include "telemetry/metrics_server.h"
 #include "telemetry/telemetry.h"
@@ -40,7 +42,7 @@ Result<std::vector<telemetry::GpuSample>> sample_all(const telemetry::Telemetry&
 }
 
 int serve(const telemetry::Telemetry& t, const std::vector<std::uint32_t>& gpus, const std::string& host,
-          int port) {
+          int port, InterruptWatch& interrupt) {
   auto server = telemetry::MetricsServer::bind(host, port, [&t, gpus]() -> Result<std::string> {
     GPULAB_ASSIGN_OR_RETURN(auto samples, sample_all(t, gpus));
     return telemetry::to_prometheus(samples);
@@ -48,7 +50,25 @@ int serve(const telemetry::Telemetry& t, const std::vector<std::uint32_t>& gpus,
   if (!server.is_ok()) return report(server.status());
   std::fprintf(stderr, "gpulab monitor: serving Prometheus metrics on http://%s:%d/metrics\n", host.c_str(),
                port);
-  return report(server.value()->serve());
+  // SIGINT/SIGTERM stop the server (on the watcher's thread); the command then returns 128 + the
+  // signal, as a shell reports a process the signal ended.
+  // signal_number() is set before the undo action runs (interrupted() only after it), so it is
+  // the one to read once serve() returns.
+  interrupt.on_signal([s = server.value().get()] { s->stop(); });
+  if (interrupt.signal_number() != 0) return interrupt.exit_code();
+  const Status served = server.value()->serve();
+  if (interrupt.signal_number() != 0) return interrupt.exit_code();
+  return report(served);
+}
+
+// Sleeps until `until` or a SIGINT/SIGTERM, whichever comes first (checked every 50 ms).
+void sleep_unless_interrupted(std::chrono::steady_clock::time_point until, const InterruptWatch& interrupt) {
+  while (!interrupt.interrupted()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return;
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::milliseconds(50)));
+  }
 }
 
 int run_monitor(const MonitorOptions& o) {
@@ -62,6 +82,8 @@ int run_monitor(const MonitorOptions& o) {
     if (!where.is_ok()) return report(where.status());
     listen = where.value();
   }
+  // Before any thread starts (the server's workers inherit the blocked signals).
+  InterruptWatch interrupt;
   auto opened = telemetry::Telemetry::open();
   if (!opened.is_ok()) return report(opened.status());
   const telemetry::Telemetry& t = *opened.value();
@@ -76,17 +98,19 @@ int run_monitor(const MonitorOptions& o) {
   }
   if (gpus.empty())
     for (std::uint32_t i = 0; i < t.device_count(); ++i) gpus.push_back(i);
-  if (!o.serve.empty()) return serve(t, gpus, listen.first, listen.second);
+  if (!o.serve.empty()) return serve(t, gpus, listen.first, listen.second, interrupt);
 
   const bool live = !o.csv && !o.json;
   const bool clear = live && isatty(STDOUT_FILENO) != 0;
   if (o.csv && !o.no_header) std::printf("%s\n", telemetry::csv_header(selection.value()).c_str());
+  // Interrupted, the loop ends between two readings: every line written is whole.
   auto next = std::chrono::steady_clock::now();
   for (int i = 0; o.count == 0 || i < o.count; ++i) {
     if (i > 0) {
       next += std::chrono::milliseconds(o.interval_ms);
-      std::this_thread::sleep_until(next);
+      sleep_unless_interrupted(next, interrupt);
     }
+    if (interrupt.interrupted()) return interrupt.exit_code();
     auto samples = sample_all(t, gpus);
     if (!samples.is_ok()) return report(samples.status());
     if (o.csv) {

@@ -23,11 +23,14 @@
 #include "core/log.h"
 #include "gpulab/git_commit.h"
 #include "gpulab/version.h"
+#include "measure/multi_bench.h"
 #include "plan/plan.h"
+#include "sweep/multi_target.h"
 #include "sweep/nvml_telemetry.h"
 #include "sweep/simulated_target.h"
 #include "sweep/sweep.h"
 #include "telemetry/telemetry.h"
+#include "telemetry/topology.h"
 
 #ifdef GPULAB_HAVE_RUNTIME
 #include "sweep/cuda_target.h"
@@ -48,6 +51,8 @@ struct SweepFlags {
   std::string simulate;
   std::string telemetry = "auto";
   int sample_period_ms = 50;
+  int64_t timed_tactics_max_batch = 1024;
+  std::string gpus;  // --gpus: "" (one GPU: --device), "all", "0,2"
   bool allow_power_limit_change = false;
   BuildFlags build;
   std::string command_line;
@@ -110,6 +115,11 @@ Status check_flags(SweepFlags& f) {
   GPULAB_TRY(sweep::validate(o));
   if (f.telemetry != "auto" && f.telemetry != "nvml" && f.telemetry != "none") {
     return Status::invalid_argument(fmt::format("--telemetry: '{}' is not auto, nvml or none.", f.telemetry));
+  }
+  if (f.timed_tactics_max_batch < 0) {
+    return Status::invalid_argument(
+        fmt::format("--timed-tactics-up-to: {} is negative (0 = time tactics at every batch).",
+                    f.timed_tactics_max_batch));
   }
   if (f.sample_period_ms < 1) {
     return Status::invalid_argument(fmt::format("--sample-period-ms: {} is below 1.", f.sample_period_ms));
@@ -206,7 +216,7 @@ std::string duration_text(double s) {
 class Progress {
  public:
   explicit Progress(const sweep::SweepOptions& options)
-      : options_(options), enabled_(::isatty(STDERR_FILENO) && log_level() <= LogLevel::kInfo) {}
+      : options_(options), enabled_(::isatty(STDERR_FILENO) && log_level() < LogLevel::kError) {}
 
   void point_started(const sweep::SweepResult& r, Precision p, int64_t batch, std::string_view phase) {
     if (!enabled_) return;
@@ -249,32 +259,50 @@ int run_sweep_command(SweepFlags f) {
       log_info("sweep: no NVML telemetry ({})", opened.status().message());
     }
   }
-  const auto nvml_device = static_cast<uint32_t>(o.device);
+  if (!f.gpus.empty()) {
+    // Without NVML (a simulation on a machine without a driver) any index up to 15 is a GPU.
+    const uint32_t count = nvml ? nvml->device_count() : (f.simulate.empty() ? 0 : 16);
+    GPULAB_ASSIGN_OR_REPORT(o.gpus, measure::parse_gpu_list(f.gpus, count));
+  }
+  const auto nvml_device = static_cast<uint32_t>(o.gpus.empty() ? o.device : o.gpus.front());
 
-  // The target.
+  // The target: one GPU, or several at once (--gpus), real or simulated.
+  std::vector<uint32_t> devices = o.gpus.empty() ? std::vector<uint32_t>{nvml_device} : o.gpus;
+  std::vector<sweep::SimulatedTarget*> simulated;
   std::unique_ptr<sweep::SweepTarget> target;
-  sweep::SimulatedTarget* simulated = nullptr;
   sweep::SweepResult result;
+  std::vector<std::unique_ptr<sweep::SweepTarget>> per_gpu;
   if (!f.simulate.empty()) {
-    GPULAB_ASSIGN_OR_REPORT(sweep::SimulatedScenario scenario, sweep::load_scenario(f.simulate));
-    auto sim = std::make_unique<sweep::SimulatedTarget>(std::move(scenario),
-                                                        fmt::format("simulated ({})", f.simulate));
-    if (nvml) {
-      sim->set_power_limit_source([nvml, nvml_device]() -> std::optional<double> {
-        auto w = nvml->power_limit_w(nvml_device);
-        return w.is_ok() ? std::optional(*w) : std::nullopt;
-      });
+    GPULAB_ASSIGN_OR_REPORT(auto scenarios, sweep::load_scenarios(f.simulate, devices.size()));
+    for (size_t i = 0; i < devices.size(); ++i) {
+      auto sim = std::make_unique<sweep::SimulatedTarget>(std::move(scenarios[i]),
+                                                          fmt::format("simulated ({})", f.simulate));
+      sim->set_device_index(devices[i]);
+      if (nvml) {
+        sim->set_power_limit_source([nvml, d = devices[i]]() -> std::optional<double> {
+          auto w = nvml->power_limit_w(d);
+          return w.is_ok() ? std::optional(*w) : std::nullopt;
+        });
+      }
+      simulated.push_back(sim.get());
+      per_gpu.push_back(std::move(sim));
     }
-    simulated = sim.get();
-    target = std::move(sim);
     result.model = o.model_path.empty() ? f.simulate : o.model_path;
   } else {
 #ifdef GPULAB_HAVE_RUNTIME
     GPULAB_ASSIGN_OR_REPORT(BuildOptions build, build_options_from(f.build));
-    if (build.timing_cache_path.empty() && !f.json_path.empty())
+    if (build.timing_cache_path.empty() && !f.json_path.empty()) {
       build.timing_cache_path = f.json_path + ".timing-cache";
-    GPULAB_ASSIGN_OR_REPORT(
-        target, sweep::make_cuda_target({.model_path = o.model_path, .build = build, .device = o.device}));
+    }
+    for (uint32_t d : devices) {
+      GPULAB_ASSIGN_OR_REPORT(
+          auto cuda, sweep::make_cuda_target({.model_path = o.model_path,
+                                              .build = build,
+                                              .device = static_cast<int>(d),
+                                              .include_transfers = o.include_transfers,
+                                              .timed_tactics_max_batch = f.timed_tactics_max_batch}));
+      per_gpu.push_back(std::move(cuda));
+    }
     result.model = o.model_path;
 #else
     return report(Status::unavailable(
@@ -284,27 +312,49 @@ int run_sweep_command(SweepFlags f) {
         "`gpulab sweep --simulate SCENARIO.json` runs the sweep on a simulated GPU (docs/metrics.md)."));
 #endif
   }
+  if (o.gpus.empty()) {
+    target = std::move(per_gpu.front());
+  } else {
+    // Several GPUs: each fed from the CPUs NVML names for it (its NUMA node), when NVML says.
+    std::optional<telemetry::Topology> topo;
+    if (nvml) {
+      if (auto t = telemetry::read_topology(*nvml); t.is_ok()) topo = std::move(*t);
+    }
+    std::vector<sweep::GpuTargetSlot> slots;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      sweep::GpuTargetSlot slot{.device = devices[i], .target = std::move(per_gpu[i])};
+      if (topo && devices[i] < topo->gpus.size()) slot.cpus = topo->gpus[devices[i]].cpus;
+      slots.push_back(std::move(slot));
+    }
+    target = std::make_unique<sweep::MultiGpuTarget>(std::move(slots));
+  }
   result.model_hash = model_hash(o.model_path.empty() ? f.simulate : o.model_path);
   result.target = target->info();
   result.options = o;
 
   // Telemetry source.
-  std::unique_ptr<sweep::TelemetrySource> nvml_source;
+  std::unique_ptr<sweep::TelemetrySource> owned_telemetry;
   sweep::TelemetrySource* telemetry = nullptr;
   if (f.telemetry == "none") {
     telemetry = nullptr;
-  } else if (simulated && f.telemetry == "auto") {
-    telemetry = simulated;
+  } else if (!simulated.empty() && f.telemetry == "auto") {
+    if (simulated.size() == 1) {
+      telemetry = simulated.front();
+    } else {
+      owned_telemetry = std::make_unique<sweep::CombinedTelemetry>(
+          std::vector<sweep::TelemetrySource*>(simulated.begin(), simulated.end()));
+      telemetry = owned_telemetry.get();
+    }
   } else if (nvml) {
-    GPULAB_ASSIGN_OR_REPORT(nvml_source,
-                            sweep::NvmlTelemetrySource::create(nvml, nvml_device, f.sample_period_ms));
-    telemetry = nvml_source.get();
+    GPULAB_ASSIGN_OR_REPORT(owned_telemetry,
+                            sweep::NvmlTelemetrySource::create(nvml, devices, f.sample_period_ms));
+    telemetry = owned_telemetry.get();
   }
 
   // The environment block.
   sweep::SweepEnvironment& env = result.environment;
   if (nvml) fill_environment_from_nvml(*nvml, nvml_device, env);
-  if (simulated && env.gpu_name.empty()) env.gpu_name = result.target.description;
+  if (!simulated.empty() && env.gpu_name.empty()) env.gpu_name = result.target.description;
   env.gpulab_version = GPULAB_VERSION;
   env.gpulab_commit = GPULAB_GIT_COMMIT;
   env.command_line = f.command_line;
@@ -446,7 +496,18 @@ void add_sweep_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--sample-period-ms", flags->sample_period_ms, "NVML sampling period")
       ->capture_default_str();
-  sub->add_option("--device", o.device, "CUDA device ordinal (and NVML index)")->capture_default_str();
+  auto* device =
+      sub->add_option("--device", o.device, "CUDA device ordinal (and NVML index)")->capture_default_str();
+  sub->add_option(
+         "--gpus", flags->gpus,
+         "Several GPUs at once: all, or indices like 0,2; every point runs on each (a host thread per GPU "
+         "on its NUMA node); per-GPU and aggregate img/s")
+      ->excludes(device);
+  sub->add_option(
+         "--timed-tactics-up-to", flags->timed_tactics_max_batch,
+         "Plans above this batch take cuDNN's heuristic tactics instead of timing each candidate (0: "
+         "time at every batch)")
+      ->capture_default_str();
   add_build_flags(sub, &flags->build);
   on_run(sub, [flags] {
     SweepFlags f = *flags;

@@ -189,6 +189,72 @@ TEST(DecodeImage, HugeOrZeroDimensionsAreRefusedBeforeAllocating) {
   EXPECT_EQ(b.status().code(), StatusCode::kInvalidFile);
 }
 
+// A few bytes whose header promises 65535 x 4096 pixels (768 MiB of RGB, within the per-side and
+// total limits; a JPEG 65500 x 4096): refused by the decode budget before the pixels are allocated.
+TEST(DecodeImage, AHeaderPromisingFarMorePixelsThanTheFileCanHoldIsRefused) {
+  // The header and an IDAT chunk: libpng reads up to the image data before the pixels are asked for.
+  std::string idat = "IDAT";
+  const Bytef nothing[1] = {0};
+  Bytef deflated[64];
+  uLongf deflated_size = sizeof deflated;
+  ASSERT_EQ(compress(deflated, &deflated_size, nothing, 1), Z_OK);
+  idat.append(reinterpret_cast<const char*>(deflated), deflated_size);
+  std::string bomb = png_header(65535, 4096);
+  put_be32(bomb, static_cast<uint32_t>(deflated_size));
+  bomb += idat;
+  put_be32(bomb, static_cast<uint32_t>(
+                     crc32(0, reinterpret_cast<const Bytef*>(idat.data()), static_cast<uInt>(idat.size()))));
+  auto png = decode_image_bytes(to_bytes(bomb), "bomb.png");
+  ASSERT_FALSE(png.is_ok());
+  EXPECT_EQ(png.status().code(), StatusCode::kInvalidFile);
+  EXPECT_NE(png.status().message().find("decompression bomb"), std::string::npos) << png.status().message();
+
+  EXPECT_TRUE(check_decode_budget(2000, 2000, 1, "x").is_ok());  // 12 MB: under the 16 MiB floor
+  EXPECT_EQ(check_decode_budget(4000, 3000, 1000, "x").code(), StatusCode::kInvalidFile);  // 36 MB
+  EXPECT_TRUE(check_decode_budget(4000, 3000, 40'000, "x").is_ok());   // 36 MB from 40 kB: 900x
+  EXPECT_TRUE(check_decode_budget(8000, 8000, 200'000, "x").is_ok());  // 192 MB from 200 kB: 960x
+  EXPECT_EQ(check_decode_budget(8000, 8000, 100'000, "x").code(), StatusCode::kInvalidFile);  // 1920x
+  EXPECT_EQ(check_decode_budget(65536, 1, 1 << 30, "x").code(), StatusCode::kInvalidFile);    // a side
+
+  // A real JPEG whose frame header (SOF0) is edited to 65500 x 4096 (libjpeg's largest width).
+  GPULAB_REQUIRE_IMAGE_MANIFEST(manifest);
+  ASSERT_FALSE(manifest["images"].empty());
+  auto bytes = read_file_bytes(image_golden_dir() / "baseline.jpg");
+  ASSERT_TRUE(bytes.is_ok());
+  std::vector<std::byte> jpeg = *bytes;
+  bool patched = false;
+  for (size_t i = 0; i + 9 < jpeg.size() && !patched; ++i) {
+    if (jpeg[i] == std::byte{0xFF} && jpeg[i + 1] == std::byte{0xC0}) {  // SOF0: len(2) P(1) Y(2) X(2)
+      jpeg[i + 5] = std::byte{0x10}, jpeg[i + 6] = std::byte{0x00};      // 4096 lines
+      jpeg[i + 7] = std::byte{0xFF}, jpeg[i + 8] = std::byte{0xDC};      // 65500 columns
+      patched = true;
+    }
+  }
+  ASSERT_TRUE(patched);
+  auto big = decode_image_bytes(jpeg, "bomb.jpg");
+  ASSERT_FALSE(big.is_ok());
+  EXPECT_NE(big.status().message().find("decompression bomb"), std::string::npos) << big.status().message();
+}
+
+// Inputs the fuzzers found (tests/fuzz/regressions/<target>, see its README): each is refused as
+// an invalid or unsupported file, and within the resource bounds (the fuzz CI stage checks those).
+TEST(DecodeImage, FuzzRegressionsAreRefusedCleanly) {
+  int files = 0;
+  for (const char* target : {"image", "jpeg", "png", "bmp", "ppm"}) {
+    const fs::path dir = fs::path(GPULAB_SOURCE_DIR) / "tests/fuzz/regressions" / target;
+    if (!fs::exists(dir)) continue;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      auto image = decode_image(entry.path());
+      ++files;
+      ASSERT_FALSE(image.is_ok()) << entry.path();
+      EXPECT_TRUE(image.status().code() == StatusCode::kInvalidFile ||
+                  image.status().code() == StatusCode::kUnsupported)
+          << entry.path() << ": " << image.status().to_string();
+    }
+  }
+  EXPECT_GE(files, 1);
+}
+
 TEST(DecodeImage, PpmGrayAndComments) {
   std::string pgm = "P5\n# a comment\n2 2\n255\n";
   pgm += std::string("\x00\x40\x80\xff", 4);

@@ -2,6 +2,7 @@
 // image_goldens).
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "image/decode.h"
 #include "test_support.h"
 
 namespace gpulab::testing {
@@ -36,6 +38,23 @@ std::vector<T> read_raw(const std::filesystem::path& path) {
   in.seekg(0);
   in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size() * sizeof(T)));
   return out;
+}
+
+// A width x height RGB test image: horizontal and vertical ramps in R and G, a stripe pattern in B.
+inline Image gradient_image(int width, int height) {
+  Image image;
+  image.width = width;
+  image.height = height;
+  image.rgb.resize(static_cast<size_t>(width) * height * 3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      uint8_t* p = &image.rgb[(static_cast<size_t>(y) * width + x) * 3];
+      p[0] = static_cast<uint8_t>(x * 255 / std::max(width - 1, 1));
+      p[1] = static_cast<uint8_t>(y * 255 / std::max(height - 1, 1));
+      p[2] = static_cast<uint8_t>((x * 7 + y * 13) % 256);
+    }
+  }
+  return image;
 }
 
 #define GPULAB_REQUIRE_IMAGE_MANIFEST(var)                                          \

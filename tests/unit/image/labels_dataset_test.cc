@@ -152,6 +152,14 @@ TEST(LabelledFolder, MalformedRowsNameTheLine) {
   ASSERT_FALSE(missing.is_ok());
   EXPECT_NE(missing.status().message().find("missing.jpg"), std::string::npos);
 
+  // A file name longer than the system's limit (ENAMETOOLONG): std::filesystem::exists without an
+  // error_code threw filesystem_error here, which ended the calling command.
+  dir.write("labels.tsv", std::string(5000, 'a') + ".jpg\t1\n");
+  auto too_long = load_labelled_folder(dir.path());
+  ASSERT_FALSE(too_long.is_ok());
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidFile);
+  EXPECT_NE(too_long.status().message().find("is missing"), std::string::npos);
+
   fs::remove(dir.path() / "labels.tsv");
   EXPECT_EQ(load_labelled_folder(dir.path()).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(load_labelled_folder(dir.path() / "nope").status().code(), StatusCode::kNotFound);

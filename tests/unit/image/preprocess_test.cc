@@ -12,6 +12,7 @@
 namespace gpulab {
 namespace {
 
+using testing::gradient_image;
 using testing::image_golden_dir;
 using testing::read_raw;
 
@@ -31,22 +32,6 @@ std::map<std::string, std::string> mobilenet_metadata() {
       {"source", "github.com/google-coral/test_data mobilenet_v2_1.0_224_quant.tflite"},
       {"tflite.input_quantization", "uint8 scale=0.0078125 zero_point=128"},
   };
-}
-
-Image gradient_image(int width, int height) {
-  Image image;
-  image.width = width;
-  image.height = height;
-  image.rgb.resize(static_cast<size_t>(width) * height * 3);
-  for (int y = 0; y < height; ++y) {
-    for (int x = 0; x < width; ++x) {
-      uint8_t* p = &image.rgb[(static_cast<size_t>(y) * width + x) * 3];
-      p[0] = static_cast<uint8_t>(x * 255 / std::max(width - 1, 1));
-      p[1] = static_cast<uint8_t>(y * 255 / std::max(height - 1, 1));
-      p[2] = static_cast<uint8_t>((x * 7 + y * 13) % 256);
-    }
-  }
-  return image;
 }
 
 // Compares two normalized CHW tensors in the 0..1 pixel domain (|a - b| * std[c]).

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <span>
 
 #include "plan/plan.h"
@@ -150,6 +151,76 @@ TEST(PlanFile, InconsistentHeaderWithValidChecksumIsRefused) {
   r = deserialize_plan(serialize_plan(plan));
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("conv.w"), std::string::npos) << r.status().message();
+}
+
+// The file with its JSON header passed through `edit` (header length and checksum rewritten).
+std::vector<std::byte> with_header(const std::vector<std::byte>& file, std::string (*edit)(std::string)) {
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, file.data() + 16, 8);
+  const std::string header = edit(std::string(reinterpret_cast<const char*>(file.data()) + 24, header_size));
+  std::vector<std::byte> out(file.begin(), file.begin() + 16);
+  const uint64_t new_size = header.size();
+  out.resize(24 + new_size);
+  std::memcpy(out.data() + 16, &new_size, 8);
+  std::memcpy(out.data() + 24, header.data(), new_size);
+  out.insert(out.end(), file.begin() + 24 + static_cast<std::ptrdiff_t>(header_size), file.end() - 8);
+  const uint64_t sum = fnv1a64(out);
+  out.resize(out.size() + 8);
+  std::memcpy(out.data() + out.size() - 8, &sum, 8);
+  return out;
+}
+
+// A weight table entry pointing past the end of the file, with a valid checksum: refused before
+// anything is copied.
+TEST(PlanFile, WeightOffsetsOutsideTheFileAreRefused) {
+  const auto file = serialize_plan(small_plan());
+  for (auto edit : {+[](std::string h) {
+                      const size_t at = h.rfind("\"offset\":");
+                      return h.replace(at, 10, "\"offset\":18446744073709551000,\"old\":");
+                    },
+                    +[](std::string h) {
+                      const size_t at = h.rfind("\"bytes\":");
+                      return h.replace(at, 9, "\"bytes\":1000000000000,\"old\":");
+                    }}) {
+    auto r = deserialize_plan(with_header(file, edit));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidFile);
+    EXPECT_NE(r.status().message().find("outside the weights block"), std::string::npos)
+        << r.status().message();
+  }
+}
+
+// Sizes within each field's own range whose products overflow or ask for more memory than any GPU
+// has: refused by validate, before the runtime's memory planner multiplies them.
+TEST(PlanFile, SizesWhoseProductsOverflowAreRefused) {
+  Plan plan = small_plan();
+  plan.values[1] = {"conv", 1 << 20, 1 << 20, 1 << 24, 16, DataType::kFloat16};  // 2^64 elements
+  EXPECT_EQ(plan.validate().code(), StatusCode::kInvalidFile);
+  plan = small_plan();
+  plan.max_batch = int64_t{1} << 40;
+  EXPECT_EQ(plan.validate().code(), StatusCode::kInvalidFile);
+  plan = small_plan();
+  plan.input_channels = int64_t{1} << 62;
+  EXPECT_EQ(plan.validate().code(), StatusCode::kInvalidFile);
+  plan = small_plan();
+  plan.weights[1].shape = Shape{int64_t{1} << 32, int64_t{1} << 32};
+  const Status s = plan.validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidFile);
+  EXPECT_NE(s.message().find("conv.b"), std::string::npos) << s.message();
+}
+
+// A Clip with only a min (or only a max) has an infinite bound, which JSON writes as null: the
+// plan must read it back as that infinity, not refuse the file.
+TEST(PlanFile, InfiniteClipBoundsRoundTrip) {
+  Plan plan = small_plan();
+  plan.steps[1].conv.clip_min = 0.0f;
+  plan.steps[1].conv.clip_max = std::numeric_limits<float>::infinity();
+  plan.steps[1].clip_min = -std::numeric_limits<float>::infinity();
+  auto back = deserialize_plan(serialize_plan(plan));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->steps[1].conv.clip_min, 0.0f);
+  EXPECT_EQ(back->steps[1].conv.clip_max, std::numeric_limits<float>::infinity());
+  EXPECT_EQ(back->steps[1].clip_min, -std::numeric_limits<float>::infinity());
 }
 
 TEST(PlanFile, RandomGarbageIsRefused) {

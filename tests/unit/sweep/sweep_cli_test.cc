@@ -3,6 +3,7 @@
 // restored and the partial JSON resumable, and clear errors for bad input.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -179,6 +180,76 @@ TEST_F(SweepCli, NvmlTelemetryFromTheFakeLibrary) {
   EXPECT_EQ(missing.exit_code, 8) << missing.output;
   EXPECT_NE(missing.err.find("GPULAB_NVML_LIBRARY names '/nonexistent/libnvidia-ml.so.1'"), std::string::npos)
       << missing.err;
+}
+
+// stderr as the process sees it when it is a terminal (a pseudo-terminal here).
+std::string stderr_on_a_terminal(const std::vector<std::string>& args) {
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);  // stdout away; stderr stays the terminal
+    std::vector<char*> argv;
+    const std::string exe = testing::gpulab_exe().string();
+    argv.push_back(const_cast<char*>(exe.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(exe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(master, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::waitpid(pid, nullptr, 0);
+  ::close(master);
+  return out;
+}
+
+TEST_F(SweepCli, ProgressOnATerminalOnly) {
+  const std::vector<std::string> args = {"sweep",
+                                         "--simulate",
+                                         scenario(/*point_delay_ms=*/20).string(),
+                                         "--precisions",
+                                         "fp16",
+                                         "--telemetry",
+                                         "none",
+                                         "--min-duration-s",
+                                         "0.05"};
+  const std::string progress = stderr_on_a_terminal(args);
+  EXPECT_NE(progress.find("sweep: point 1 of ~"), std::string::npos) << progress;
+  EXPECT_NE(progress.find("fp16 batch 16 (grow)"), std::string::npos) << progress;
+  EXPECT_NE(progress.find("left"), std::string::npos) << progress;
+  std::vector<std::string> quiet = args;
+  quiet.insert(quiet.begin(), "--quiet");
+  EXPECT_EQ(stderr_on_a_terminal(quiet).find("sweep: point"), std::string::npos);
+}
+
+TEST_F(SweepCli, SeveralSimulatedGpus) {
+  json doc = {
+      {"memory_mib", 300},
+      {"baseline_used_mib", 100},
+      {"precisions",
+       {{"fp16", {{"launch_ms", 0.1}, {"per_image_ms", 0.01}, {"weights_mib", 20}, {"mib_per_image", 10}}}}},
+      {"gpus", {json::object(), {{"memory_mib", 200}}}}};
+  const fs::path sim = write("gpus.json", doc);
+  const fs::path out = dir_ / "sweep.json";
+  const CliRun r = run_gpulab("sweep --simulate '" + sim.string() +
+                              "' --gpus 0,1 --precisions fp16 --min-duration-s 0.05 --warmup-ms 0 --json '" +
+                              out.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.out.find("Per GPU"), std::string::npos) << r.out;
+  const json result = read_json(out);
+  EXPECT_EQ(result["target"]["description"], "2 x simulated (" + sim.string() + ") (GPUs 0, 1)");
+  EXPECT_EQ(result["options"]["gpus"], json({0, 1}));
+  // GPU 1 has 200 MiB: 8 images fit there (100 + 20 + 8 x 10), so 8 for the pair.
+  EXPECT_EQ(result["recommendations"][0]["largest_fitting_batch"], 8);
+  EXPECT_EQ(result["points"][0]["per_gpu"].size(), 2u);
+  const CliRun bad = run_gpulab("sweep --simulate '" + sim.string() + "' --gpus 0,0 --telemetry none");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.err.find("GPU 0 is listed twice"), std::string::npos) << bad.err;
+  const CliRun both = run_gpulab("sweep --simulate '" + sim.string() + "' --gpus 0,1 --device 1");
+  EXPECT_NE(both.exit_code, 0);
 }
 
 json nvml_with_state(const fs::path& state) {

@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "sweep/multi_target.h"
 #include "sweep/simulated_target.h"
 
 namespace gpulab::sweep {
@@ -317,6 +318,60 @@ TEST(Sweep, EstimatesTheRemainingPoints) {
   SimulatedTarget target(scenario(), "sim");
   const SweepRun r = run(o, target);
   EXPECT_EQ(estimate_remaining_points(o, r.result), 1);  // done: never below one
+}
+
+TEST(Sweep, SeveralGpusAtOnce) {
+  // GPU 1 has less memory (fp16 fits 48 images there, 88 on GPU 0) and a lower power limit.
+  SimulatedScenario small = scenario();
+  small.memory_mib = 600;
+  small.power_limit_w = 120;
+  std::vector<GpuTargetSlot> slots;
+  auto a = std::make_unique<SimulatedTarget>(scenario(), "sim");
+  auto b = std::make_unique<SimulatedTarget>(small, "sim");
+  a->set_device_index(0);
+  b->set_device_index(1);
+  CombinedTelemetry telemetry({a.get(), b.get()});
+  slots.push_back({.device = 0, .target = std::move(a)});
+  slots.push_back({.device = 1, .target = std::move(b)});
+  MultiGpuTarget target(std::move(slots));
+  SweepOptions o = options();
+  o.precisions = {Precision::kFp16};
+  o.gpus = {0, 1};
+  SweepResult r;
+  ASSERT_TRUE(run_sweep(o, {.target = &target, .telemetry = &telemetry}, r).is_ok());
+  EXPECT_EQ(target.info().description, "2 x sim (GPUs 0, 1)");
+  // A batch fits when it fits on every GPU: the smaller GPU decides.
+  EXPECT_EQ(r.recommendations[0].largest_fitting_batch, 48);
+  EXPECT_EQ(r.recommendations[0].first_oom_batch, 49);
+  // Memory is the sum over the GPUs, back at its level after each point.
+  EXPECT_EQ(*r.points.front().memory_before_bytes, int64_t{200} << 20);
+  for (const SweepPoint& p : r.points) {
+    EXPECT_EQ(p.memory_after_bytes, p.memory_before_bytes);
+    if (p.status != PointStatus::kOk) continue;
+    ASSERT_EQ(p.per_gpu.size(), 2u);
+    EXPECT_EQ(p.per_gpu[1].device, 1u);
+    // The pooled throughput, every image over the longest window, is the aggregate: at most the sum
+    // of the GPUs' own rates (the one that finishes first idles at the end), and close to it.
+    const double sum = p.per_gpu[0].throughput_ips + p.per_gpu[1].throughput_ips;
+    EXPECT_LE(p.bench->throughput_ips, sum * (1 + 1e-9));
+    EXPECT_GT(p.bench->throughput_ips, 0.98 * sum);
+    // Each GPU's telemetry is its own: GPU 1 draws at most its limit.
+    EXPECT_LE(*p.per_gpu[1].telemetry.power_max_w, 120.0);
+  }
+  // At batch 32 the 120 W GPU is power-capped and slower: it limits the point, which carries its verdicts.
+  const auto b32 =
+      std::find_if(r.points.begin(), r.points.end(), [](const SweepPoint& p) { return p.batch == 32; });
+  ASSERT_NE(b32, r.points.end());
+  EXPECT_LT(b32->per_gpu[1].throughput_ips, b32->per_gpu[0].throughput_ips);
+  EXPECT_DOUBLE_EQ(*b32->balance, b32->per_gpu[1].throughput_ips / b32->per_gpu[0].throughput_ips);
+  EXPECT_EQ(b32->verdicts.front().kind, VerdictKind::kPowerCapped);
+  EXPECT_EQ(b32->per_gpu[1].verdicts.front().kind, VerdictKind::kPowerCapped);
+  // per_gpu survives the JSON round trip (what --resume reads).
+  auto back = sweep_from_json(to_json(r));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(to_json(*back)["points"], to_json(r)["points"]);
+  EXPECT_EQ(back->options.gpus, (std::vector<uint32_t>{0, 1}));
+  EXPECT_NE(format_sweep(r).find("Per GPU (img/s of each GPU while all ran at once"), std::string::npos);
 }
 
 TEST(SweepOptions, RejectsBadValues) {

@@ -156,6 +156,37 @@ TEST(MetricsServer, ServesRenderedTextAndReports503OnError) {
   serving.join();
 }
 
+// The status code of a raw HTTP response ("HTTP/1.1 404 Not Found\r\n..." -> 404); 0 when none.
+int response_status(const std::string& response) {
+  if (response.rfind("HTTP/1.1 ", 0) != 0 || response.size() < 12) return 0;
+  return std::stoi(response.substr(9, 3));
+}
+
+TEST(MetricsServer, AnswersRequestsInProcessReadOnly) {
+  auto server =
+      telemetry::MetricsServer::unbound([]() -> Result<std::string> { return std::string("m 1\n"); });
+  const std::string ok = server->answer_raw_request("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(response_status(ok), 200) << ok;
+  EXPECT_NE(ok.find("\r\n\r\nm 1\n"), std::string::npos) << ok;
+  EXPECT_EQ(response_status(server->answer_raw_request("GET / HTTP/1.0\r\n\r\n")), 200);
+  EXPECT_EQ(response_status(server->answer_raw_request("GET /nothing HTTP/1.1\r\n\r\n")), 404);
+  // Read-only: no other method changes or reaches anything.
+  for (const char* method : {"POST", "PUT", "DELETE", "PATCH", "OPTIONS"}) {
+    const std::string r = server->answer_raw_request(std::string(method) +
+                                                     " /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\na=1");
+    const int status = response_status(r);
+    EXPECT_TRUE(status >= 400 && status < 500) << method << ": " << r;
+  }
+  // Not HTTP at all, an absurd length, a broken chunk: a 4xx answer, never 2xx or a crash.
+  for (const char* bad : {"GARBAGE\r\n\r\n", "GET\r\n\r\n", "GET /metrics HTTP/9.9\r\n\r\n",
+                          "POST / HTTP/1.1\r\nContent-Length: 18446744073709551616\r\n\r\n",
+                          "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"}) {
+    const std::string r = server->answer_raw_request(bad);
+    const int status = response_status(r);
+    EXPECT_TRUE(status >= 400 && status < 500) << bad << ": " << r;
+  }
+}
+
 TEST(MetricsServer, BindFailureIsAnIoError) {
   auto first =
       telemetry::MetricsServer::bind("127.0.0.1", 0, [] { return Result<std::string>(std::string()); });

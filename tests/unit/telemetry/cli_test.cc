@@ -7,9 +7,14 @@
 
 #include <dlfcn.h>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "test_support.h"
 
@@ -152,6 +157,67 @@ TEST_F(GpulabCli, MonitorJsonAndLiveViewWithFakeNvml) {
   EXPECT_NE(bad_gpu.output.find("--gpu: index 3 out of range (1 GPUs)"), std::string::npos);
 }
 
+// `monitor --csv > file` (and --serve) interrupted by SIGINT or SIGTERM from a test: exits within a
+// second with 128 + the signal, and the file holds the header and whole rows only.
+struct Interrupted {
+  int exit_code = -1;
+  int64_t exit_ms = -1;  // from the signal to the process's end
+  std::string out;
+};
+Interrupted interrupt_monitor(const std::string& args, const char* signal_name) {
+  const fs::path dir = fs::temp_directory_path() / ("gpulab_monitor_sig_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path out = dir / "monitor.csv", result = dir / "result.txt";
+  // Job control on (set -m), so that the background job keeps SIGINT (a non-interactive shell
+  // starts `cmd &` with SIGINT ignored, and gpulab leaves an ignored signal ignored).
+  // A command that ignored the signal is killed after 5 s (exit 137), so the test cannot hang.
+  const std::string script =
+      "set -m; " + kFakeNvml + " '" + testing::gpulab_exe().string() + "' monitor " + args + " >'" +
+      out.string() + "' 2>/dev/null & pid=$!; sleep 0.7; t0=$(date +%s%N); kill -" + signal_name +
+      " $pid; for i in $(seq 500); do kill -0 $pid 2>/dev/null || break; sleep 0.01; "
+      "done; t1=$(date +%s%N); kill -9 $pid 2>/dev/null; wait $pid; rc=$?; echo $rc $(( "
+      "(t1 - t0) / 1000000 )) >'" +
+      result.string() + "'";
+  Interrupted r;
+  const fs::path script_file = dir / "interrupt.sh";
+  std::ofstream(script_file) << script << "\n";
+  if (std::system(("bash '" + script_file.string() + "'").c_str()) != 0) return r;
+  std::ifstream(result) >> r.exit_code >> r.exit_ms;
+  std::ifstream in(out);
+  r.out.assign(std::istreambuf_iterator<char>(in), {});
+  fs::remove_all(dir);
+  return r;
+}
+
+TEST_F(GpulabCli, MonitorCsvStopsOnSigintOrSigtermWithWholeRows) {
+  for (const auto& [name, code] : std::vector<std::pair<const char*, int>>{{"INT", 130}, {"TERM", 143}}) {
+    const Interrupted r = interrupt_monitor("--csv --interval-ms 20 --fields index,name,memory.used", name);
+    EXPECT_EQ(r.exit_code, code) << "SIG" << name;
+    EXPECT_GE(r.exit_ms, 0);
+    EXPECT_LT(r.exit_ms, 1000) << "SIG" << name << ": not prompt";
+    ASSERT_FALSE(r.out.empty());
+    EXPECT_EQ(r.out.back(), '\n') << "the last row is cut";
+    std::istringstream lines(r.out);
+    std::string line;
+    std::getline(lines, line);
+    EXPECT_EQ(line, "index, name, memory.used [MiB]");
+    int rows = 0;
+    while (std::getline(lines, line)) {
+      EXPECT_EQ(line, "0, NVIDIA H200, 1024") << "row " << rows;
+      ++rows;
+    }
+    EXPECT_GE(rows, 3) << "SIG" << name;
+  }
+}
+
+TEST_F(GpulabCli, MonitorServeStopsOnSigterm) {
+  const Interrupted served =
+      interrupt_monitor("--serve 127.0.0.1:" + std::to_string(20000 + ::getpid() % 20000), "TERM");
+  EXPECT_EQ(served.exit_code, 143);
+  EXPECT_GE(served.exit_ms, 0);
+  EXPECT_LT(served.exit_ms, 1000);
+}
+
 TEST_F(GpulabCli, DoctorGpuChecksWithFakeNvml) {
   const CliRun r = run_gpulab("doctor --json --no-libraries --pcie-load-ms 0", kFakeNvml);
   const auto doc = nlohmann::json::parse(r.out, nullptr, false);
@@ -235,6 +301,68 @@ TEST_F(FakeNvmlScenario, AMalformedScenarioFailsNvmlInit) {
       run_gpulab("monitor --count 1", kFakeNvml + " GPULAB_FAKE_NVML_SCENARIO='" + path_.string() + "'");
   EXPECT_EQ(r.exit_code, 8) << r.output;
   EXPECT_NE(r.err.find("nvmlInit failed"), std::string::npos) << r.err;
+}
+
+// Four fake GPUs: two joined by NVLink, two behind a PCIe switch on the other NUMA node, one at x8
+// and one with a lower power limit.
+const nlohmann::json kFourGpus = {{"devices",
+                                   {{{"cpu_affinity", {0, 1}},
+                                     {"numa_node", 0},
+                                     {"nvlinks", {{"1", 18}}},
+                                     {"topology", {{"1", 30}, {"2", 50}, {"3", 50}}}},
+                                    {{"cpu_affinity", {0, 1}},
+                                     {"numa_node", 0},
+                                     {"nvlinks", {{"0", 18}}},
+                                     {"topology", {{"0", 30}, {"2", 50}, {"3", 50}}}},
+                                    {{"cpu_affinity", {2, 3}},
+                                     {"numa_node", 1},
+                                     {"topology", {{"0", 50}, {"1", 50}, {"3", 10}}},
+                                     {"readings", {{"pcie_width", 8}}}},
+                                    {{"cpu_affinity", {2, 3}},
+                                     {"numa_node", 1},
+                                     {"topology", {{"0", 50}, {"1", 50}, {"2", 10}}},
+                                     {"power_limit_w", 500}}}}};
+
+TEST_F(FakeNvmlScenario, DoctorShowsTheTopologyAndAGpuBelowItsPeers) {
+  const CliRun r = run_gpulab("doctor --json --no-libraries --pcie-load-ms 0", env(kFourGpus));
+  const auto doc = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(doc.is_array()) << r.output;
+  std::map<std::string, nlohmann::json> by_check;
+  for (const auto& f : doc) by_check[f.at("check").get<std::string>()] = f;
+  EXPECT_EQ(by_check["GPU topology"].at("detail"),
+            "GPU0-GPU1 NV18, GPU0-GPU2 SYS, GPU0-GPU3 SYS, GPU1-GPU2 SYS, GPU1-GPU3 SYS, GPU2-GPU3 PIX");
+  EXPECT_EQ(by_check["GPU 2 NUMA affinity"].at("detail"), "CPUs 2-3, NUMA node 1");
+  EXPECT_EQ(by_check["GPU 2 vs its peers"].at("status"), "warn");
+  EXPECT_EQ(by_check["GPU 2 vs its peers"].at("detail"), "PCIe x8 where a peer has x16");
+  EXPECT_EQ(by_check["GPU 3 vs its peers"].at("detail"), "power limit 500 W where a peer has 700 W");
+  EXPECT_EQ(by_check.count("GPU 0 vs its peers"), 0u);
+
+  const CliRun matrix = run_gpulab("doctor --topology", env(kFourGpus));
+  ASSERT_EQ(matrix.exit_code, 0) << matrix.output;
+  EXPECT_NE(matrix.out.find("GPU2     SYS   SYS     X   PIX  2-3               1"), std::string::npos)
+      << matrix.out;
+  const CliRun json = run_gpulab("doctor --topology --json", env(kFourGpus));
+  const auto topo = nlohmann::json::parse(json.out, nullptr, false);
+  ASSERT_TRUE(topo.is_object()) << json.output;
+  EXPECT_EQ(topo["links"][0][1], "NV18");
+}
+
+TEST_F(FakeNvmlScenario, MonitorReadsEveryGpu) {
+  const CliRun r = run_gpulab("monitor --csv --count 1 --fields index,pcie.link.width.current,power.limit",
+                              env(kFourGpus));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.out.find("\n0, 16, 700.00\n1, 16, 700.00\n2, 8, 700.00\n3, 16, 500.00\n"), std::string::npos)
+      << r.out;
+}
+
+TEST_F(FakeNvmlScenario, BenchOnSeveralGpusChecksItsFlags) {
+  const CliRun bad = run_gpulab("bench --gpus 0,9 --model /nonexistent.onnx", env(kFourGpus));
+  EXPECT_NE(bad.exit_code, 0);
+  const CliRun profile = run_gpulab("bench --gpus all --model x.onnx --profile", env(kFourGpus));
+  EXPECT_EQ(profile.exit_code, 2) << profile.output;
+  EXPECT_NE(profile.err.find("--profile is per GPU"), std::string::npos) << profile.err;
+  const CliRun both = run_gpulab("bench --gpus all --device 1 --model x.onnx", env(kFourGpus));
+  EXPECT_NE(both.exit_code, 0);
 }
 
 }  // namespace
