@@ -579,8 +579,8 @@ bool has_expected_attrs(const Node& node) {
 // model whose declared shapes imply terabytes is refused here, before anything is allocated.
 Status check_value_size(const std::string& name, const Shape& shape) {
   int64_t numel = 1;
-  for (int64_t d : shape.dims) {
-    if (d == kBatch) continue;
+  for (int64_t dim : shape.dims) {
+    const int64_t d = Shape::is_batch(dim) ? Shape::batch_factor(dim) : dim;  // N * k: k per image
     const std::optional<int64_t> product = d >= 0 ? checked_mul(numel, d) : std::nullopt;
     if (!product || *product > kMaxTensorElements) {
       return Status::invalid_model("value '" + name + "' of shape " + shape.to_string() +
