@@ -16,9 +16,9 @@
 
 #include "core/file_io.h"
 #include "gpulab/engine.h"
-#include "model_check.h"
 #include "onnx/onnx_import.h"
 #include "passes/passes.h"
+#include "reference/torchvision/model_check.h"
 #include "runtime/runtime.h"
 #include "test_support.h"
 
@@ -86,7 +86,7 @@ TEST_P(TorchvisionGpu, EveryPrecisionMatchesPyTorch) {
       EXPECT_EQ(e.non_finite, 0);
       EXPECT_LE(e.rel_l2, limit) << model << " " << precision_name(p) << " batch " << c.batch;
       std::printf("[ error ] %-20s %-5s batch %lld: rel L2 %.3e (bound %.1e)\n", model.c_str(),
-                  precision_name(p), static_cast<long long>(c.batch), e.rel_l2, limit);
+                  std::string(precision_name(p)).c_str(), static_cast<long long>(c.batch), e.rel_l2, limit);
     }
   }
 }

@@ -21,16 +21,6 @@ using testing::float_types;
 using testing::random_values;
 using testing::round_to;
 
-// The offset of element `e` (row-major over `shape`'s dims) of image `n` in view `v`.
-int64_t host_offset(const StridedView& shape, const StridedView& v, int64_t n, int64_t e) {
-  int64_t at = v.offset + n * v.image_stride;
-  for (int i = shape.rank - 1; i >= 0; --i) {
-    at += (e % shape.dims[i]) * v.strides[i];
-    e /= shape.dims[i];
-  }
-  return at;
-}
-
 TEST(ViewKernels, CopyTransposesAndConverts) {
   GPULAB_SKIP_WITHOUT_GPU();
   // NCHW [96, 7, 7] -> token-major [49, 96] (a ConvNeXt / Swin layout change), per image.
