@@ -173,7 +173,9 @@ TEST(MatmulProblem, ValidateNamesTheField) {
   p.lda = 4;
   p.gelu_tanh = true;
   p.has_c = true;
-  EXPECT_NE(validate(p).message().find("residual after the GELU"), std::string::npos);
+  p.ldc = 4;
+  EXPECT_NE(validate(p).message().find("residual after the GELU"), std::string::npos)
+      << validate(p).to_string();
 }
 
 void strides_of(const std::array<int64_t, 4>& dims, std::array<int64_t, 4>& strides) {
