@@ -39,6 +39,13 @@ Status run_passes(Graph& graph, const PassOptions& options) {
   const Step steps[] = {
       {"drop_identity", options.drop_identity, drop_identity},
       {"fold_constants", options.fold_constants, fold_constants},
+      {"drop_noops", options.fold_constants, drop_noops},
+      {"fuse_layer_norm", options.fuse_transformer, fuse_layer_norm},
+      {"fuse_gelu", options.fuse_transformer, fuse_gelu},
+      {"unflatten_gemm", options.fuse_transformer, unflatten_gemm},
+      {"fold_layer_scale", options.fuse_transformer, fold_layer_scale},
+      {"fuse_attention", options.fuse_transformer, fuse_attention},
+      {"fold_channel_shuffle", options.fuse_transformer, fold_channel_shuffle},
       {"fold_batchnorm", options.fold_batchnorm, fold_batchnorm},
       {"batchnorm_to_conv", options.fold_batchnorm, batchnorm_to_conv},
       {"matmul_to_gemm", options.fold_flatten, matmul_to_gemm},

@@ -92,6 +92,12 @@ std::string_view step_kind_name(StepKind kind) {
     case StepKind::kMul: return "mul";
     case StepKind::kPointwise: return "pointwise";
     case StepKind::kConcat: return "concat";
+    case StepKind::kCopy: return "copy";
+    case StepKind::kLinear: return "linear";
+    case StepKind::kMatMul: return "matmul";
+    case StepKind::kAttention: return "attention";
+    case StepKind::kLayerNorm: return "layer_norm";
+    case StepKind::kEltwise: return "eltwise";
   }
   return "?";
 }
@@ -101,8 +107,58 @@ std::string_view pointwise_fn_name(PointwiseFn fn) {
     case PointwiseFn::kSigmoid: return "sigmoid";
     case PointwiseFn::kHardSigmoid: return "hard_sigmoid";
     case PointwiseFn::kHardSwish: return "hard_swish";
+    case PointwiseFn::kGelu: return "gelu";
+    case PointwiseFn::kGeluTanh: return "gelu_tanh";
+    case PointwiseFn::kTanh: return "tanh";
+    case PointwiseFn::kErf: return "erf";
+    case PointwiseFn::kSqrt: return "sqrt";
+    case PointwiseFn::kExp: return "exp";
+    case PointwiseFn::kNeg: return "neg";
+    case PointwiseFn::kIdentity: return "identity";
   }
   return "?";
+}
+
+double apply_pointwise(PointwiseFn fn, double x, float alpha, float beta) {
+  switch (fn) {
+    case PointwiseFn::kSigmoid: return 1.0 / (1.0 + std::exp(-x));
+    case PointwiseFn::kHardSigmoid: return std::clamp(alpha * x + beta, 0.0, 1.0);
+    case PointwiseFn::kHardSwish: return x * std::clamp(x / 6.0 + 0.5, 0.0, 1.0);
+    case PointwiseFn::kGelu: return 0.5 * x * (1.0 + std::erf(x * 0.7071067811865476));
+    case PointwiseFn::kGeluTanh:
+      return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case PointwiseFn::kTanh: return std::tanh(x);
+    case PointwiseFn::kErf: return std::erf(x);
+    case PointwiseFn::kSqrt: return std::sqrt(x);
+    case PointwiseFn::kExp: return std::exp(x);
+    case PointwiseFn::kNeg: return -x;
+    case PointwiseFn::kIdentity: return x;
+  }
+  return x;
+}
+
+std::string_view eltwise_op_name(EltwiseOp op) {
+  switch (op) {
+    case EltwiseOp::kAdd: return "add";
+    case EltwiseOp::kSub: return "sub";
+    case EltwiseOp::kMul: return "mul";
+    case EltwiseOp::kDiv: return "div";
+  }
+  return "?";
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+TensorView contiguous_view(std::vector<int64_t> dims) {
+  TensorView v;
+  v.strides.assign(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) v.strides[i - 1] = v.strides[i] * dims[i];
+  v.dims = std::move(dims);
+  return v;
 }
 
 bool broadcasts_channels(const Plan& plan, const PlanStep& step) {
@@ -318,6 +374,7 @@ Status check_image_step(const Plan& plan, size_t i) {
 Status check_step(const Plan& plan, size_t i) {
   const StepKind kind = plan.steps[i].kind;
   GPULAB_TRY(check_step_indices(plan, i));
+  if (is_view_step(kind)) return validate_view_step(plan, i);  // plan_views.cc
   GPULAB_TRY(kind == StepKind::kConcat ? check_concat(plan, i) : check_input_count(plan, i));
   if (kind == StepKind::kAdd || kind == StepKind::kMul || kind == StepKind::kActivation ||
       kind == StepKind::kPointwise)
@@ -448,9 +505,18 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
       js["space_to_depth"] = {{"block", sd.block}, {"pad_top", sd.pad_top}, {"pad_left", sd.pad_left}};
     }
     if (s.kind == StepKind::kStem) js["fused_values"] = s.fused_values;
-    if (s.kind == StepKind::kPointwise)
+    if (s.kind == StepKind::kPointwise || s.kind == StepKind::kLinear)
       js["pointwise"] = {
           {"fn", std::string(pointwise_fn_name(s.pointwise))}, {"alpha", s.alpha}, {"beta", s.beta}};
+    if (is_view_step(s.kind)) {
+      json views = json::array();
+      for (const TensorView& v : s.views)
+        views.push_back({{"offset", v.offset}, {"dims", v.dims}, {"strides", v.strides}});
+      js["views"] = std::move(views);
+    }
+    if (s.kind == StepKind::kEltwise) js["eltwise"] = std::string(eltwise_op_name(s.eltwise));
+    if (s.kind == StepKind::kLayerNorm) js["epsilon"] = s.epsilon;
+    if (s.kind == StepKind::kMatMul || s.kind == StepKind::kAttention) js["scale"] = s.scale;
     if (s.kind == StepKind::kOutput && s.softmax) js["softmax"] = true;
     if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool || s.kind == StepKind::kStem) {
       const auto& p = s.pool;
@@ -475,18 +541,29 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
 }
 
 StepKind step_kind_from(const std::string& name) {
-  for (StepKind k :
-       {StepKind::kInput, StepKind::kConv, StepKind::kGemm, StepKind::kMaxPool, StepKind::kAveragePool,
-        StepKind::kGlobalAveragePool, StepKind::kAdd, StepKind::kActivation, StepKind::kOutput,
-        StepKind::kCast, StepKind::kStem, StepKind::kMul, StepKind::kPointwise, StepKind::kConcat})
+  for (StepKind k : {StepKind::kInput,     StepKind::kConv,        StepKind::kGemm,
+                     StepKind::kMaxPool,   StepKind::kAveragePool, StepKind::kGlobalAveragePool,
+                     StepKind::kAdd,       StepKind::kActivation,  StepKind::kOutput,
+                     StepKind::kCast,      StepKind::kStem,        StepKind::kMul,
+                     StepKind::kPointwise, StepKind::kConcat,      StepKind::kCopy,
+                     StepKind::kLinear,    StepKind::kMatMul,      StepKind::kAttention,
+                     StepKind::kLayerNorm, StepKind::kEltwise})
     if (step_kind_name(k) == name) return k;
   throw std::runtime_error("unknown step kind '" + name + "'");
 }
 
 PointwiseFn pointwise_fn_from(const std::string& name) {
-  for (PointwiseFn f : {PointwiseFn::kSigmoid, PointwiseFn::kHardSigmoid, PointwiseFn::kHardSwish})
+  for (PointwiseFn f : {PointwiseFn::kSigmoid, PointwiseFn::kHardSigmoid, PointwiseFn::kHardSwish,
+                        PointwiseFn::kGelu, PointwiseFn::kGeluTanh, PointwiseFn::kTanh, PointwiseFn::kErf,
+                        PointwiseFn::kSqrt, PointwiseFn::kExp, PointwiseFn::kNeg, PointwiseFn::kIdentity})
     if (pointwise_fn_name(f) == name) return f;
   throw std::runtime_error("unknown pointwise function '" + name + "'");
+}
+
+EltwiseOp eltwise_op_from(const std::string& name) {
+  for (EltwiseOp op : {EltwiseOp::kAdd, EltwiseOp::kSub, EltwiseOp::kMul, EltwiseOp::kDiv})
+    if (eltwise_op_name(op) == name) return op;
+  throw std::runtime_error("unknown elementwise operation '" + name + "'");
 }
 
 Activation activation_from(int v) {
@@ -572,7 +649,19 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
                           sd.at("pad_left").get<int64_t>()};
     }
     if (s.kind == StepKind::kStem) s.fused_values = js.at("fused_values").get<std::vector<int>>();
-    if (s.kind == StepKind::kPointwise) {
+    if (is_view_step(s.kind)) {
+      for (const auto& jv : js.at("views")) {
+        TensorView v;
+        v.offset = jv.at("offset").get<int64_t>();
+        v.dims = jv.at("dims").get<std::vector<int64_t>>();
+        v.strides = jv.at("strides").get<std::vector<int64_t>>();
+        s.views.push_back(std::move(v));
+      }
+    }
+    if (s.kind == StepKind::kEltwise) s.eltwise = eltwise_op_from(js.at("eltwise").get<std::string>());
+    if (s.kind == StepKind::kLayerNorm) s.epsilon = js.at("epsilon").get<float>();
+    if (s.kind == StepKind::kMatMul || s.kind == StepKind::kAttention) s.scale = js.at("scale").get<float>();
+    if (s.kind == StepKind::kPointwise || s.kind == StepKind::kLinear) {
       const auto& pw = js.at("pointwise");
       s.pointwise = pointwise_fn_from(pw.at("fn").get<std::string>());
       s.alpha = pw.at("alpha").get<float>();

@@ -116,15 +116,16 @@ uint64_t fnv1a64(std::span<const std::byte> bytes) {
   return h;
 }
 
-// Version-1 files (before folded casts) and version-2 files (before softmax outputs and pointwise
-// steps) are still read; version 3 is what gets written.
+// Version-1 files (before folded casts), version-2 files (before softmax outputs and pointwise
+// steps) and version-3 files (before the view steps) are still read; version 4 is what gets
+// written.
 TEST(PlanFile, ReadsTheOlderVersions) {
-  for (const uint32_t older : {1u, 2u}) {
+  for (const uint32_t older : {1u, 2u, 3u}) {
     auto bytes = serialize_plan(small_plan());
     uint32_t written = 0;
     std::memcpy(&written, bytes.data() + 8, 4);
     EXPECT_EQ(written, kPlanFormatVersion);
-    EXPECT_EQ(kPlanFormatVersion, 3u);
+    EXPECT_EQ(kPlanFormatVersion, 4u);
     std::memcpy(bytes.data() + 8, &older, 4);
     const uint64_t sum = fnv1a64(std::span(bytes).first(bytes.size() - 8));
     std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
