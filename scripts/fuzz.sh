@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-targets="onnx_import plan timing_cache sweep_json labels labels_tsv metrics_request image jpeg png bmp ppm"
+targets="onnx_import plan timing_cache sweep_json report_input labels labels_tsv metrics_request image jpeg png bmp ppm"
 if [ "${1:-}" = list ]; then
   echo "$targets" | tr ' ' '\n'
   exit 0
@@ -41,6 +41,16 @@ build_and_seed() {
     mkdir -p "$seeds/sweep_json"
     cp tests/fuzz/corpus/sweep_json/* "$seeds/sweep_json/" 2>/dev/null || true
     touch "$seeds/.complete"
+  fi
+  # Result files of every kind gpulab report reads (its own check, so older seed folders get them):
+  # the fixtures of the GPU commands, the simulated sweep, the pipeline's CPU record; doctor's and
+  # monitor's real outputs are checked in (tests/fuzz/corpus/report_input).
+  if [ ! -d "$seeds/report_input" ]; then
+    mkdir -p "$seeds/report_input.new"
+    python3 tests/fixtures/make_report_fixtures.py --out "$seeds/report_input.new" >/dev/null
+    cp tests/fuzz/corpus/sweep_json/* bench/results/2026-12-05-32716b3/cpu_pipeline_sample256_loop50.json \
+      "$seeds/report_input.new/"
+    mv "$seeds/report_input.new" "$seeds/report_input"
   fi
 }
 
@@ -68,6 +78,7 @@ case $target in
   plan) max_len=262144; dicts="plan" ;;
   timing_cache) max_len=16384; dicts="json" ;;
   sweep_json) max_len=65536; dicts="json" ;;
+  report_input) max_len=65536; dicts="json" ;;
   labels | labels_tsv) max_len=16384; dicts="" ;;
   metrics_request) max_len=8192; dicts="metrics_request" ;;
   image) max_len=65536; dicts="jpeg png bmp ppm" ;;

@@ -2,7 +2,8 @@
 # Installs gpulab's Debian build and test dependencies. Idempotent and non-interactive:
 # packages already present are skipped, so a second run costs one dpkg query.
 #   scripts/install-deps.sh            build + test dependencies
-#   scripts/install-deps.sh --no-python  skip the PyTorch/ONNX fixture generators
+#   scripts/install-deps.sh --no-python  skip what only the tests need (the PyTorch/ONNX fixture
+#                                        generators, Chromium for the report's browser check)
 #   scripts/install-deps.sh --fuzz       only what the fuzz preset adds: clang, libFuzzer and the
 #                                        sanitizer runtimes, llvm-symbolizer (CI's fuzz stage)
 set -euo pipefail
@@ -18,11 +19,13 @@ pkgs=(cmake ninja-build g++ pkg-config
       libcli11-dev nlohmann-json3-dev libfmt-dev
       libturbojpeg0-dev libjpeg-dev libpng-dev zlib1g-dev  # libjpeg-dev: a name Debian and Ubuntu share
       libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
+      gnuplot-nox  # gpulab report draws its plots with it (svg terminal)
       python3 python3-pip   # pip: NVIDIA's cuDNN frontend and CUTLASS headers (below)
       dpkg-dev file)        # cpack's .deb: dpkg-shlibdeps finds the Depends: of the binary
 if [ "$with_python" = 1 ]; then
-  # Debian's torch/torchvision/onnx generate the seeded fixtures and the PyTorch goldens.
-  pkgs+=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-pil)
+  # Debian's torch/torchvision/onnx generate the seeded fixtures and the PyTorch goldens;
+  # headless Chromium loads gpulab report's page in the browser test (tests/unit/report).
+  pkgs+=(python3 python3-numpy python3-torch python3-torchvision python3-onnx python3-pil chromium)
 fi
 fi
 

@@ -35,8 +35,26 @@ Result<DataType> parse_dtype(std::string_view name);
 // batch dimension "N" (ONNX dim_param) that is bound when a model runs. kBatch is not -1 so that
 // it can also mark "the batch size" inside propagated shape values (Shape -> Gather -> Concat ->
 // Reshape), where -1 already means "infer this dimension".
+//
+// A dimension may also be a multiple of the batch, N * k (k >= 2), where a model folds the batch
+// into another dimension (Swin's windows: [N * 64, 49, 96]; a multi-head attention's [N * 12, 50,
+// 64]). It is written batch_times(k) = kBatchMultiples + k: far below any real dimension, and away
+// from the extreme values exporters write as "from the end" (INT64_MIN + 1 as a Slice end).
 struct Shape {
   static constexpr int64_t kBatch = std::numeric_limits<int64_t>::min();
+  // Largest k of N * k that a dimension can carry.
+  static constexpr int64_t kMaxBatchFactor = int64_t{1} << 40;
+  static constexpr int64_t kBatchMultiples = kBatch + (int64_t{1} << 41);
+  static constexpr int64_t batch_times(int64_t factor) {
+    return factor == 1 ? kBatch : kBatchMultiples + factor;
+  }
+  static constexpr bool is_batch(int64_t d) {
+    return d == kBatch || (d > kBatchMultiples + 1 && d < kBatchMultiples + kMaxBatchFactor);
+  }
+  // k of a dimension N * k (is_batch(d) must hold).
+  static constexpr int64_t batch_factor(int64_t d) { return d == kBatch ? 1 : d - kBatchMultiples; }
+  // "N", "N*64" or the number.
+  static std::string dim_string(int64_t d);
 
   std::vector<int64_t> dims;
 
@@ -47,12 +65,12 @@ struct Shape {
   size_t rank() const { return dims.size(); }
   int64_t operator[](size_t i) const { return dims[i]; }
   int64_t& operator[](size_t i) { return dims[i]; }
-  bool has_batch() const;  // any dimension is kBatch
-  // Product of the dimensions, with kBatch taken as `batch`.
+  bool has_batch() const;  // any dimension is N * k (is_batch)
+  // Product of the dimensions, with N taken as `batch`.
   int64_t numel(int64_t batch = 1) const;
-  // The same shape with kBatch replaced by `batch`.
+  // The same shape with N * k replaced by batch * k.
   Shape bind_batch(int64_t batch) const;
-  // "[N,3,224,224]"
+  // "[N,3,224,224]", "[N*64,49,96]"
   std::string to_string() const;
 
   friend bool operator==(const Shape&, const Shape&) = default;

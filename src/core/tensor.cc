@@ -46,22 +46,27 @@ Result<DataType> parse_dtype(std::string_view name) {
                                   "'. Use float32, float16, bfloat16, int8, uint8, int32 or int64.");
 }
 
+std::string Shape::dim_string(int64_t d) {
+  if (!is_batch(d)) return std::to_string(d);
+  return batch_factor(d) == 1 ? std::string("N") : "N*" + std::to_string(batch_factor(d));
+}
+
 bool Shape::has_batch() const {
   for (int64_t d : dims)
-    if (d == kBatch) return true;
+    if (is_batch(d)) return true;
   return false;
 }
 
 int64_t Shape::numel(int64_t batch) const {
   int64_t n = 1;
-  for (int64_t d : dims) n *= (d == kBatch ? batch : d);
+  for (int64_t d : dims) n *= (is_batch(d) ? batch * batch_factor(d) : d);
   return n;
 }
 
 Shape Shape::bind_batch(int64_t batch) const {
   Shape s = *this;
   for (int64_t& d : s.dims)
-    if (d == kBatch) d = batch;
+    if (is_batch(d)) d = batch * batch_factor(d);
   return s;
 }
 
@@ -69,7 +74,7 @@ std::string Shape::to_string() const {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) {
     if (i) s += ",";
-    s += dims[i] == kBatch ? std::string("N") : std::to_string(dims[i]);
+    s += dim_string(dims[i]);
   }
   return s + "]";
 }

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "core/affinity.h"
+#include "core/json_reader.h"
 #include "measure/bandwidth.h"
 #include "telemetry/cuda_driver.h"
 #include "telemetry/telemetry.h"
@@ -399,6 +400,29 @@ nlohmann::json to_json(const std::vector<Finding>& findings) {
     arr.push_back(
         {{"check", f.check}, {"status", severity_name(f.status)}, {"detail", f.detail}, {"fix", f.fix}});
   return arr;
+}
+
+Result<std::vector<Finding>> findings_from_json(const nlohmann::json& doc) {
+  if (!doc.is_array()) return Status::invalid_file("doctor: not a JSON array of findings");
+  std::vector<Finding> out;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const JsonReader r{doc[i], fmt::format("doctor[{}]", i)};
+    if (!r.doc.is_object()) return r.bad("", "not an object");
+    Finding f;
+    GPULAB_ASSIGN_OR_RETURN(f.check, r.text("check"));
+    GPULAB_ASSIGN_OR_RETURN(const std::string status, r.text("status"));
+    bool known = false;
+    for (Severity s : {Severity::kPass, Severity::kSkip, Severity::kWarn, Severity::kFail}) {
+      if (severity_name(s) != status) continue;
+      f.status = s;
+      known = true;
+    }
+    if (!known) return r.bad("status", fmt::format("'{}' is not pass, skip, warn or fail", status));
+    GPULAB_ASSIGN_OR_RETURN(f.detail, r.text("detail"));
+    GPULAB_ASSIGN_OR_RETURN(f.fix, r.text("fix"));
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 }  // namespace gpulab::doctor

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpulab/status.h"
+
 namespace gpulab::doctor {
 
 enum class Severity { kPass = 0, kSkip = 1, kWarn = 2, kFail = 3 };  // ordered by badness
@@ -82,5 +84,8 @@ std::vector<Finding> run_doctor(const DoctorOptions& options);
 int exit_code(const std::vector<Finding>& findings, bool strict);
 std::string format_table(const std::vector<Finding>& findings);
 nlohmann::json to_json(const std::vector<Finding>& findings);
+// Reads `doctor --json` back (gpulab report): kInvalidFile naming the finding and field that is
+// missing, of the wrong type, or a status other than pass/skip/warn/fail. Never throws.
+Result<std::vector<Finding>> findings_from_json(const nlohmann::json& doc);
 
 }  // namespace gpulab::doctor

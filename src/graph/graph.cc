@@ -127,6 +127,28 @@ Status Graph::validate() const {
   return Status::ok();
 }
 
+Result<SliceRange> resolve_slice(int64_t dim, int64_t start, int64_t end, int64_t step) {
+  if (step == 0) return Status::invalid_argument("Slice: a step of 0 is not allowed.");
+  // Starts and ends beyond the dimension (INT64_MAX for "to the end") clamp; adding `dim` to a
+  // huge negative value cannot overflow.
+  if (start < 0) start = start < -dim ? -1 : start + dim;
+  if (end < 0) end = end < -dim ? -1 : end + dim;
+  SliceRange r;
+  r.step = step;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    r.first = start;
+    r.count = end > start ? (end - start + step - 1) / step : 0;
+  } else {
+    start = std::clamp<int64_t>(start, -1, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+    r.first = start;
+    r.count = start > end ? (start - end + (-step) - 1) / (-step) : 0;
+  }
+  return r;
+}
+
 bool softmax_over_classes(const Graph& graph, const Node& node) {
   if (node.op != OpType::kSoftmax) return false;
   const ValueInfo* in = graph.value(node.input(0));

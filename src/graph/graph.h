@@ -45,6 +45,40 @@ enum class OpType {
   kSigmoid,
   kHardSigmoid,
   kHardSwish,
+  // The transformer classifiers (ConvNeXt, ViT, Swin, MaxViT) and ShuffleNet, and the shape code
+  // their exports carry (constant-folded by fold_constants where only the batch is symbolic):
+  kTranspose,  // TransposeAttrs
+  kSlice,      // inputs data, starts, ends, [axes], [steps] (int64, known ahead for the GPU)
+  kSplit,      // SplitAttrs; one output per part
+  kSqueeze,    // axes held in UnsqueezeAttrs (opset >= 13 constant input folded in)
+  kSub,
+  kDiv,
+  kPow,
+  kMod,  // ModAttrs
+  kEqual,
+  kNot,
+  kWhere,  // inputs condition (bool), X, Y
+  kSqrt,
+  kErf,
+  kTanh,
+  kExp,
+  kNeg,
+  kReduceMean,          // ReduceAttrs (a mean over H and W of a 4-D tensor is imported as GlobalAveragePool)
+  kReduceL2,            // ReduceAttrs
+  kLayerNormalization,  // inputs X, scale, [B]; LayerNormAttrs
+  kGelu,                // GeluAttrs; made by fuse_gelu from the exported Erf (or Tanh) pattern
+  kCast,                // CastAttrs
+  kExpand,              // inputs data, shape (int64)
+  kConstantOfShape,     // input shape (int64); ConstantOfShapeAttrs
+  kRange,               // inputs start, limit, delta (scalars)
+  kScatterND,           // inputs data, indices (int64), updates; reduction none
+  kPad,                 // inputs data, pads (int64), [constant_value]; mode constant
+  kMax,                 // two inputs, numpy broadcasting
+  kMin,
+  // Scaled dot-product attention, made by fuse_attention: inputs Q [..., T, D], K [..., S, D],
+  // V [..., S, Dv], [bias] (broadcast to [..., T, S]); y = softmax(scale * Q K^T + bias) V,
+  // [..., T, Dv]. AttentionAttrs.
+  kAttention,
   // A QuantizeLinear -> DequantizeLinear pair (QDQ form) as one float op; the importer makes it
   // and fold_qdq removes the pairs an INT8 plan takes over. See QuantizeAttrs.
   kQuantizeDequantize,
@@ -129,6 +163,47 @@ struct HardSigmoidAttrs {
   float beta = 0.5f;
 };
 
+struct TransposeAttrs {
+  std::vector<int64_t> perm;  // empty: reverse the dimensions (ONNX's default)
+};
+
+struct SplitAttrs {
+  int64_t axis = 0;
+  std::vector<int64_t> sizes;  // one per output; empty: equal parts
+};
+
+struct ModAttrs {
+  bool fmod = false;  // true: C's fmod (sign of the dividend); false: Python's % (sign of the divisor)
+};
+
+struct ReduceAttrs {
+  std::vector<int64_t> axes;  // empty: every axis
+  bool keepdims = true;
+};
+
+struct LayerNormAttrs {
+  int64_t axis = -1;  // normalizes over [axis, rank)
+  float epsilon = 1e-5f;
+};
+
+struct GeluAttrs {
+  // false: x/2 (1 + erf(x / sqrt 2)); true: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  bool tanh_approximation = false;
+};
+
+struct CastAttrs {
+  DataType to = DataType::kFloat32;
+};
+
+struct ConstantOfShapeAttrs {
+  DataType dtype = DataType::kFloat32;  // float32, int64 or bool
+  double value = 0;
+};
+
+struct AttentionAttrs {
+  float scale = 1.0f;
+};
+
 // kQuantizeDequantize: ONNX QuantizeLinear then DequantizeLinear,
 //   q = clamp(round_half_to_even(x / scale) + zero_point, qmin, qmax),  y = (q - zero_point) * scale,
 // with one scale and zero point per tensor, or one per index of `axis`. [qmin, qmax] is the
@@ -140,9 +215,10 @@ struct QuantizeAttrs {
   int64_t qmin = -128, qmax = 127;
 };
 
-using NodeAttrs =
-    std::variant<std::monostate, ConvAttrs, BatchNormAttrs, ClipAttrs, PoolAttrs, FlattenAttrs, ReshapeAttrs,
-                 GemmAttrs, AxisAttrs, UnsqueezeAttrs, HardSigmoidAttrs, QuantizeAttrs>;
+using NodeAttrs = std::variant<std::monostate, ConvAttrs, BatchNormAttrs, ClipAttrs, PoolAttrs, FlattenAttrs,
+                               ReshapeAttrs, GemmAttrs, AxisAttrs, UnsqueezeAttrs, HardSigmoidAttrs,
+                               TransposeAttrs, SplitAttrs, ModAttrs, ReduceAttrs, LayerNormAttrs, GeluAttrs,
+                               CastAttrs, ConstantOfShapeAttrs, AttentionAttrs, QuantizeAttrs>;
 
 struct Node {
   std::string name;
@@ -173,8 +249,9 @@ inline constexpr int64_t kMaxTensorElements = int64_t{1} << 32;
 struct ValueInfo {
   DataType dtype = DataType::kFloat32;
   Shape shape;
-  // For small int64 tensors whose contents are known before running (Shape/Gather/Concat
-  // chains): the values, where Shape::kBatch stands for the batch size.
+  // For small int64 (and bool, as 0/1) tensors whose contents are known before running (the shape
+  // code of an export: Shape/Gather/Concat/Mul/Where... chains): the values, where
+  // Shape::batch_times(k) stands for k times the batch size.
   std::optional<std::vector<int64_t>> known_values;
 };
 
@@ -224,6 +301,15 @@ class Graph {
   // Recomputes `values` for every node output from the graph inputs and initializers.
   Status infer_shapes();
 };
+
+// One axis of an ONNX Slice resolved against a dimension of size `dim` (ONNX's clamping rules:
+// negative starts and ends count from the end, then clamp to the dimension; a negative step walks
+// backwards): output element i reads element first + i * step; `count` elements.
+struct SliceRange {
+  int64_t first = 0, count = 0, step = 1;
+};
+// kInvalidArgument for a zero step.
+Result<SliceRange> resolve_slice(int64_t dim, int64_t start, int64_t end, int64_t step);
 
 // True when `node` is a Softmax over axis 1 of [N, C] or [N, C, 1, ..., 1]: a classifier's
 // probabilities over its classes (what classify prints as they are, and what the GPU engine runs

@@ -6,7 +6,7 @@
 namespace gpulab {
 namespace {
 
-constexpr std::array<std::pair<OpType, std::string_view>, 25> kOpNames{{
+constexpr std::array<std::pair<OpType, std::string_view>, 54> kOpNames{{
     {OpType::kConv, "Conv"},
     {OpType::kBatchNormalization, "BatchNormalization"},
     {OpType::kRelu, "Relu"},
@@ -31,6 +31,35 @@ constexpr std::array<std::pair<OpType, std::string_view>, 25> kOpNames{{
     {OpType::kSigmoid, "Sigmoid"},
     {OpType::kHardSigmoid, "HardSigmoid"},
     {OpType::kHardSwish, "HardSwish"},
+    {OpType::kTranspose, "Transpose"},
+    {OpType::kSlice, "Slice"},
+    {OpType::kSplit, "Split"},
+    {OpType::kSqueeze, "Squeeze"},
+    {OpType::kSub, "Sub"},
+    {OpType::kDiv, "Div"},
+    {OpType::kPow, "Pow"},
+    {OpType::kMod, "Mod"},
+    {OpType::kEqual, "Equal"},
+    {OpType::kNot, "Not"},
+    {OpType::kWhere, "Where"},
+    {OpType::kSqrt, "Sqrt"},
+    {OpType::kErf, "Erf"},
+    {OpType::kTanh, "Tanh"},
+    {OpType::kExp, "Exp"},
+    {OpType::kNeg, "Neg"},
+    {OpType::kReduceMean, "ReduceMean"},
+    {OpType::kReduceL2, "ReduceL2"},
+    {OpType::kLayerNormalization, "LayerNormalization"},
+    {OpType::kGelu, "Gelu"},
+    {OpType::kCast, "Cast"},
+    {OpType::kExpand, "Expand"},
+    {OpType::kConstantOfShape, "ConstantOfShape"},
+    {OpType::kRange, "Range"},
+    {OpType::kScatterND, "ScatterND"},
+    {OpType::kPad, "Pad"},
+    {OpType::kMax, "Max"},
+    {OpType::kMin, "Min"},
+    {OpType::kAttention, "Attention"},
     // Not an ONNX op_type (the importer pairs the two nodes), so no model names it.
     {OpType::kQuantizeDequantize, "QuantizeLinear+DequantizeLinear"},
 }};
@@ -52,13 +81,14 @@ std::optional<OpType> op_from_name(std::string_view onnx_name) {
 std::string supported_ops_list() {
   std::string s;
   for (const auto& [type, name] : kOpNames) {
+    if (type == OpType::kAttention) continue;           // made by fuse_attention, not read from ONNX
     if (type == OpType::kQuantizeDequantize) continue;  // named below
     if (!s.empty()) s += ", ";
     s += name;
   }
   // Imported as other ops (onnx_import.cc): no OpType of their own.
   return s +
-         ", Pad (zeros, into the padding of a Conv or AveragePool), ReduceMean (over H and W), "
+         ", Einsum (batched matrix products, as MatMul and Transpose), "
          "QuantizeLinear and DequantizeLinear (in pairs, or dequantizing constants)";
 }
 

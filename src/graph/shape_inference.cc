@@ -1,7 +1,8 @@
-// Shape inference for every OpType, with the symbolic batch dimension (Shape::kBatch) flowing
-// through, and propagation of small int64 values (Shape -> Gather -> Unsqueeze -> Concat ->
-// Reshape) so that a Reshape whose target shape is computed in the graph still gets a static
-// output shape.
+// Shape inference for every OpType, with the symbolic batch dimension (N, or N * k where a model
+// folds the batch into another dimension) flowing through, and propagation of small int64 values
+// (Shape -> Gather -> Unsqueeze -> Concat -> Reshape, and the arithmetic of an export's shape code,
+// known_values.cc) so that a Reshape whose target shape is computed in the graph still gets a
+// static output shape. The ops added for the transformer classifiers are in infer_tensor_ops.cc.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,13 +11,10 @@
 
 #include "core/checked.h"
 #include "graph/graph.h"
+#include "graph/infer_util.h"
 
 namespace gpulab {
-namespace {
-
-constexpr int64_t kBatch = Shape::kBatch;
-// int64 initializers up to this many elements get known_values (shape and index tensors).
-constexpr int64_t kMaxKnownValues = 64;
+namespace infer {
 
 std::string node_where(const Node& node) {
   return "node '" + node.name + "' (" + std::string(op_name(node.op)) + ")";
@@ -27,7 +25,7 @@ Status fail(const Node& node, const std::string& what) {
 }
 
 std::string dim_string(int64_t d) {
-  return d == kBatch ? std::string("N") : std::to_string(d);
+  return Shape::dim_string(d);
 }
 
 std::string values_string(const std::vector<int64_t>& v) {
@@ -49,7 +47,6 @@ ValueInfo same_as(const ValueInfo& in) {
   return out;
 }
 
-// Numpy-style broadcast of two shapes. kBatch broadcasts against 1 and itself only.
 Result<Shape> broadcast(const Node& node, const Shape& a, const Shape& b) {
   const size_t rank = std::max(a.rank(), b.rank());
   Shape out(std::vector<int64_t>(rank, 1));
@@ -69,6 +66,12 @@ Result<Shape> broadcast(const Node& node, const Shape& a, const Shape& b) {
   return out;
 }
 
+}  // namespace infer
+
+namespace {
+
+using namespace infer;
+
 Status need_rank(const Node& node, const ValueInfo& in, size_t rank, const char* what) {
   if (in.shape.rank() != rank) {
     return fail(node, std::string("input ") + what + " has shape " + in.shape.to_string() + ", but " +
@@ -80,7 +83,7 @@ Status need_rank(const Node& node, const ValueInfo& in, size_t rank, const char*
 
 Status need_static_spatial(const Node& node, const Shape& s) {
   for (size_t i = 1; i < s.rank(); ++i) {
-    if (s[i] == kBatch) {
+    if (Shape::is_batch(s[i])) {
       return fail(node, "input shape " + s.to_string() +
                             " has a symbolic dimension other than the batch (dimension 0). "
                             "Export the model with fixed channel and spatial sizes.");
@@ -191,20 +194,21 @@ Result<std::vector<ValueInfo>> infer_flatten(const Node& node, const std::vector
     return fail(node, "axis " + std::to_string(node.attr<FlattenAttrs>().axis) +
                           " is out of range for input " + x.to_string() + ".");
   }
+  // The product of dimensions [begin, end): N * p when one of them is the batch.
   auto product = [&](int64_t begin, int64_t end) -> Result<int64_t> {
-    int64_t p = 1;
-    bool batch = false;
+    int64_t p = 1, batches = 0;
     for (int64_t i = begin; i < end; ++i) {
-      if (x[i] == kBatch) {
-        batch = true;
+      if (Shape::is_batch(x[i])) {
+        ++batches;
+        p *= Shape::batch_factor(x[i]);
       } else {
         p *= x[i];
       }
     }
-    if (!batch) return p;
-    if (p == 1) return kBatch;
+    if (batches == 0) return p;
+    if (batches == 1 && p >= 1 && p < Shape::kMaxBatchFactor) return Shape::batch_times(p);
     return fail(node, "flattening " + x.to_string() + " at axis " + std::to_string(axis) +
-                          " would multiply the symbolic batch with other dimensions. Use axis=1.");
+                          " multiplies the symbolic batch with itself or with zero. Check the model.");
   };
   GPULAB_ASSIGN_OR_RETURN(int64_t outer, product(0, axis));
   GPULAB_ASSIGN_OR_RETURN(int64_t inner, product(axis, rank));
@@ -212,11 +216,6 @@ Result<std::vector<ValueInfo>> infer_flatten(const Node& node, const std::vector
   out.dtype = in[0]->dtype;
   out.shape = Shape{outer, inner};
   return std::vector<ValueInfo>{out};
-}
-
-// The int64 values of a value: known_values from inference, else nullopt.
-const std::vector<int64_t>* known(const ValueInfo* info) {
-  return info && info->known_values ? &*info->known_values : nullptr;
 }
 
 Result<std::vector<ValueInfo>> infer_reshape(const Node& node, const std::vector<const ValueInfo*>& in) {
@@ -229,11 +228,12 @@ Result<std::vector<ValueInfo>> infer_reshape(const Node& node, const std::vector
   }
   const Shape& x = in[0]->shape;
   const bool allowzero = node.attr<ReshapeAttrs>().allowzero;
-  // Element count of the input as (concrete product) * N^(batch power).
+  // Element counts as (concrete product) * N^(batch power); N * k counts k into the product.
   int64_t in_concrete = 1, in_batch = 0;
   for (int64_t d : x.dims) {
-    if (d == kBatch) {
+    if (Shape::is_batch(d)) {
       ++in_batch;
+      in_concrete *= Shape::batch_factor(d);
     } else {
       in_concrete *= d;
     }
@@ -254,8 +254,9 @@ Result<std::vector<ValueInfo>> infer_reshape(const Node& node, const std::vector
       infer_at = static_cast<int64_t>(i);
       continue;
     }
-    if (d == kBatch) {
+    if (Shape::is_batch(d)) {
       ++out_batch;
+      out_concrete *= Shape::batch_factor(d);
     } else if (d < 0) {
       return fail(node,
                   "shape " + values_string(*target) + " has an invalid dimension " + std::to_string(d) + ".");
@@ -269,17 +270,17 @@ Result<std::vector<ValueInfo>> infer_reshape(const Node& node, const std::vector
     return fail(node, "cannot reshape " + x.to_string() + " to " + values_string(*target) +
                           ": the element counts differ. Check the model's Reshape target.");
   };
+  if (in_batch > 1 || out_batch > 1)
+    return Status::unsupported(node_where(node) + ": reshaping " + x.to_string() + " to " +
+                               values_string(*target) +
+                               " involves the batch more than once. Keep one dimension with the batch.");
   if (infer_at >= 0) {
     if (out_concrete == 0 || in_concrete % out_concrete != 0) return mismatch();
     const int64_t ratio = in_concrete / out_concrete;
     if (in_batch == out_batch) {
       dims[infer_at] = ratio;
-    } else if (in_batch == out_batch + 1 && ratio == 1) {
-      dims[infer_at] = kBatch;
-    } else if (in_batch == out_batch + 1) {
-      return Status::unsupported(
-          node_where(node) + ": reshaping " + x.to_string() + " to " + values_string(*target) +
-          " folds the batch into another dimension. Keep the batch as its own dimension.");
+    } else if (in_batch == out_batch + 1 && ratio < Shape::kMaxBatchFactor) {
+      dims[infer_at] = Shape::batch_times(ratio);  // the -1 takes the batch (N * ratio)
     } else {
       return mismatch();
     }
@@ -305,7 +306,7 @@ Result<std::vector<ValueInfo>> infer_gemm(const Node& node, const std::vector<co
   const int64_t ka = a.trans_a ? sa[0] : sa[1];
   const int64_t kb = a.trans_b ? sb[1] : sb[0];
   const int64_t n = a.trans_b ? sb[0] : sb[1];
-  if (ka != kb || ka == kBatch) {
+  if (ka != kb || Shape::is_batch(ka)) {
     return fail(node, "inner dimensions differ: A " + sa.to_string() + (a.trans_a ? " (transposed)" : "") +
                           ", B " + sb.to_string() + (a.trans_b ? " (transposed)" : "") + ".");
   }
@@ -330,7 +331,7 @@ Result<std::vector<ValueInfo>> infer_matmul(const Node& node, const std::vector<
     return Status::unsupported(node_where(node) + ": A " + sa.to_string() + " and B " + sb.to_string() +
                                " must be at least rank 2 (1-D MatMul is not supported).");
   }
-  if (sa[sa.rank() - 1] != sb[sb.rank() - 2] || sa[sa.rank() - 1] == kBatch) {
+  if (sa[sa.rank() - 1] != sb[sb.rank() - 2] || Shape::is_batch(sa[sa.rank() - 1])) {
     return fail(node, "inner dimensions differ: A " + sa.to_string() + ", B " + sb.to_string() + ".");
   }
   Shape batch_a(std::vector<int64_t>(sa.dims.begin(), sa.dims.end() - 2));
@@ -422,7 +423,7 @@ Result<std::vector<ValueInfo>> infer_concat(const Node& node, const std::vector<
       }
     }
     if (k > 0) {
-      if (s[axis] == kBatch || out.shape[axis] == kBatch) {
+      if (Shape::is_batch(s[axis]) || Shape::is_batch(out.shape[axis])) {
         return fail(node, "concatenating along the symbolic batch dimension is not supported.");
       }
       out.shape[axis] += s[axis];
@@ -508,6 +509,37 @@ Result<std::vector<ValueInfo>> infer_dispatch(const Node& node, const std::vecto
     case OpType::kConstant:
       return Status::internal(node_where(node) +
                               ": Constant nodes must be turned into initializers by the importer.");
+    case OpType::kTranspose:
+    case OpType::kSlice:
+    case OpType::kSplit:
+    case OpType::kSqueeze:
+    case OpType::kSub:
+    case OpType::kDiv:
+    case OpType::kPow:
+    case OpType::kMod:
+    case OpType::kEqual:
+    case OpType::kNot:
+    case OpType::kWhere:
+    case OpType::kSqrt:
+    case OpType::kErf:
+    case OpType::kTanh:
+    case OpType::kExp:
+    case OpType::kNeg:
+    case OpType::kReduceMean:
+    case OpType::kReduceL2:
+    case OpType::kLayerNormalization:
+    case OpType::kGelu:
+    case OpType::kCast:
+    case OpType::kExpand:
+    case OpType::kConstantOfShape:
+    case OpType::kRange:
+    case OpType::kScatterND:
+    case OpType::kPad:
+    case OpType::kMax:
+    case OpType::kMin:
+    case OpType::kAttention:
+      if (auto r = infer_tensor_op(node, in)) return std::move(*r);
+      break;
   }
   return Status::internal(node_where(node) + ": no shape inference for this op");
 }
@@ -528,6 +560,17 @@ bool has_expected_attrs(const Node& node) {
     case OpType::kSoftmax: return std::holds_alternative<AxisAttrs>(node.attrs);
     case OpType::kUnsqueeze: return std::holds_alternative<UnsqueezeAttrs>(node.attrs);
     case OpType::kHardSigmoid: return std::holds_alternative<HardSigmoidAttrs>(node.attrs);
+    case OpType::kTranspose: return std::holds_alternative<TransposeAttrs>(node.attrs);
+    case OpType::kSplit: return std::holds_alternative<SplitAttrs>(node.attrs);
+    case OpType::kSqueeze: return std::holds_alternative<UnsqueezeAttrs>(node.attrs);
+    case OpType::kMod: return std::holds_alternative<ModAttrs>(node.attrs);
+    case OpType::kReduceMean:
+    case OpType::kReduceL2: return std::holds_alternative<ReduceAttrs>(node.attrs);
+    case OpType::kLayerNormalization: return std::holds_alternative<LayerNormAttrs>(node.attrs);
+    case OpType::kGelu: return std::holds_alternative<GeluAttrs>(node.attrs);
+    case OpType::kCast: return std::holds_alternative<CastAttrs>(node.attrs);
+    case OpType::kConstantOfShape: return std::holds_alternative<ConstantOfShapeAttrs>(node.attrs);
+    case OpType::kAttention: return std::holds_alternative<AttentionAttrs>(node.attrs);
     default: return true;
   }
 }
@@ -537,8 +580,8 @@ bool has_expected_attrs(const Node& node) {
 // model whose declared shapes imply terabytes is refused here, before anything is allocated.
 Status check_value_size(const std::string& name, const Shape& shape) {
   int64_t numel = 1;
-  for (int64_t d : shape.dims) {
-    if (d == kBatch) continue;
+  for (int64_t dim : shape.dims) {
+    const int64_t d = Shape::is_batch(dim) ? Shape::batch_factor(dim) : dim;  // N * k: k per image
     const std::optional<int64_t> product = d >= 0 ? checked_mul(numel, d) : std::nullopt;
     if (!product || *product > kMaxTensorElements) {
       return Status::invalid_model("value '" + name + "' of shape " + shape.to_string() +
@@ -561,7 +604,12 @@ Result<std::vector<ValueInfo>> infer_node(const Node& node, const std::vector<co
   }
   if (inputs.empty() || !inputs[0]) return fail(node, "input 0 is absent");
   if (node.outputs.empty()) return fail(node, "has no outputs");
-  return infer_dispatch(node, inputs);
+  GPULAB_ASSIGN_OR_RETURN(std::vector<ValueInfo> outs, infer_dispatch(node, inputs));
+  // The values of an export's shape code (Mul of a gathered dimension, Where(Equal(...)) ...).
+  if (!outs.empty() && !outs[0].known_values &&
+      (outs[0].dtype == DataType::kInt64 || outs[0].dtype == DataType::kBool))
+    outs[0].known_values = evaluate_known(node, inputs, outs[0]);
+  return outs;
 }
 
 Status Graph::infer_shapes() {
@@ -582,6 +630,10 @@ Status Graph::infer_shapes() {
     if (tensor.dtype() == DataType::kInt64 && tensor.numel() <= kMaxKnownValues) {
       auto v = tensor.i64();
       info.known_values = std::vector<int64_t>(v.begin(), v.end());
+    } else if (tensor.dtype() == DataType::kBool && tensor.numel() <= kMaxKnownValues) {
+      std::vector<int64_t> v(static_cast<size_t>(tensor.numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = tensor.data()[i] != std::byte{0} ? 1 : 0;
+      info.known_values = std::move(v);
     }
     next[name] = std::move(info);
   }

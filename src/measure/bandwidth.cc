@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "core/json_reader.h"
 #include "telemetry/cuda_driver.h"
 #include "telemetry/device_facts.h"
 #include "telemetry/telemetry.h"
@@ -467,6 +469,59 @@ nlohmann::json to_json(const BandwidthReport& r) {
   }
   j["points"] = points;
   return j;
+}
+
+Result<BandwidthReport> bandwidth_from_json(const nlohmann::json& doc) {
+  if (!doc.is_object()) return Status::invalid_file("not a JSON object");
+  const JsonReader r{doc, "bandwidth"};
+  BandwidthReport out;
+  GPULAB_ASSIGN_OR_RETURN(out.device_name, r.text("device_name"));
+  GPULAB_ASSIGN_OR_RETURN(const auto uuid, r.optional<std::string>("uuid"));
+  out.uuid = uuid.value_or("");
+  GPULAB_ASSIGN_OR_RETURN(const auto device, r.optional<int>("cuda_device"));
+  out.cuda_device = device.value_or(0);
+  GPULAB_ASSIGN_OR_RETURN(out.pcie_gen, r.optional<int>("pcie_gen"));
+  GPULAB_ASSIGN_OR_RETURN(out.pcie_width, r.optional<int>("pcie_width"));
+  GPULAB_ASSIGN_OR_RETURN(out.pcie_gb_s, r.optional<double>("pcie_gb_s"));
+  GPULAB_ASSIGN_OR_RETURN(out.memory_gb_s, r.optional<double>("memory_gb_s"));
+  GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* points, r.array("points"));
+  for (size_t i = 0; i < points->size(); ++i) {
+    const JsonReader p = r.element((*points)[i], i);
+    if (!p.doc.is_object()) return p.bad("", "not an object");
+    BandwidthPoint point;
+    GPULAB_ASSIGN_OR_RETURN(const std::string copy, p.text("copy"));
+    GPULAB_ASSIGN_OR_RETURN(const std::string memory, p.text("host_memory"));
+    bool known_copy = false, known_memory = false;
+    for (CopyKind k : {CopyKind::kHostToDevice, CopyKind::kDeviceToHost, CopyKind::kBidirectional,
+                       CopyKind::kDeviceToDevice}) {
+      if (copy_kind_name(k) != copy) continue;
+      point.kind = k;
+      known_copy = true;
+    }
+    for (HostMemory m :
+         {HostMemory::kPinned, HostMemory::kPageable, HostMemory::kWriteCombined, HostMemory::kDevice}) {
+      if (host_memory_name(m) != memory) continue;
+      point.memory = m;
+      known_memory = true;
+    }
+    if (!known_copy) return p.bad("copy", fmt::format("'{}' is not h2d, d2h, bidir or d2d", copy));
+    if (!known_memory) {
+      return p.bad("host_memory",
+                   fmt::format("'{}' is not pinned, pageable, write-combined or device", memory));
+    }
+    GPULAB_ASSIGN_OR_RETURN(const int64_t size, p.integer("size_bytes"));
+    if (size < 1) return p.bad("size_bytes", "below 1");
+    point.size_bytes = static_cast<std::uint64_t>(size);
+    GPULAB_ASSIGN_OR_RETURN(const int64_t repeats, p.integer("repeats"));
+    point.repeats = static_cast<int>(std::clamp<int64_t>(repeats, 0, std::numeric_limits<int>::max()));
+    GPULAB_ASSIGN_OR_RETURN(point.median_ms, p.number("median_ms"));
+    GPULAB_ASSIGN_OR_RETURN(point.min_ms, p.number("min_ms"));
+    GPULAB_ASSIGN_OR_RETURN(point.max_ms, p.number("max_ms"));
+    GPULAB_ASSIGN_OR_RETURN(point.gb_s, p.number("gb_s"));
+    GPULAB_ASSIGN_OR_RETURN(point.peak_share, p.optional<double>("peak_share"));
+    out.points.push_back(point);
+  }
+  return out;
 }
 
 }  // namespace gpulab::measure

@@ -82,5 +82,8 @@ Status run_transfer_load(int cuda_device, int duration_ms, const std::function<v
 std::string format_table(const BandwidthReport& report);
 std::string to_csv(const BandwidthReport& report);
 nlohmann::json to_json(const BandwidthReport& report);
+// Reads `gpulab bandwidth --json` back (gpulab report): kInvalidFile naming the field that is
+// missing or of the wrong type, or a copy / host memory name it does not know. Never throws.
+Result<BandwidthReport> bandwidth_from_json(const nlohmann::json& doc);
 
 }  // namespace gpulab::measure

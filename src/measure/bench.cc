@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/file_io.h"
+#include "core/json_reader.h"
 
 namespace gpulab::measure {
 
@@ -426,11 +427,169 @@ nlohmann::json to_json(const BenchResult& r) {
   };
 }
 
-// ---- Printed report ----------------------------------------------------------------------------
-
 namespace {
 
-// 13000 -> "13.0", 91900 -> "9.19.0", 130100 -> "13.1.0"; the encodings of the libraries.
+Result<std::optional<GpuState>> state_from_json(const JsonReader& parent, const char* key) {
+  GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* j, parent.optional_object(key));
+  if (!j) return std::optional<GpuState>();
+  const JsonReader r = parent.child(*j, key);
+  GpuState s;
+  for (const auto& [name, field] : {std::pair{"sm_clock_mhz", &s.sm_clock_mhz},
+                                    {"memory_clock_mhz", &s.memory_clock_mhz},
+                                    {"power_w", &s.power_w},
+                                    {"power_limit_w", &s.power_limit_w},
+                                    {"temperature_c", &s.temperature_c}}) {
+    GPULAB_ASSIGN_OR_RETURN(*field, r.optional<double>(name));
+  }
+  if (j->contains("clock_event_reasons") && !(*j)["clock_event_reasons"].is_null()) {
+    GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* reasons, r.array("clock_event_reasons"));
+    for (const nlohmann::json& reason : *reasons) {
+      if (!reason.is_string()) return r.bad("clock_event_reasons", "a reason is not a string");
+      s.clock_event_reasons.push_back(reason.get<std::string>());
+    }
+  }
+  GPULAB_ASSIGN_OR_RETURN(const auto limited, r.optional<bool>("performance_limited"));
+  s.performance_limited = limited.value_or(false);
+  return std::optional<GpuState>(std::move(s));
+}
+
+Result<BenchOptions> options_from_json(const JsonReader& r) {
+  BenchOptions o;
+  GPULAB_ASSIGN_OR_RETURN(o.batch, r.integer("batch"));
+  GPULAB_ASSIGN_OR_RETURN(o.warmup_ms, r.number("warmup_ms"));
+  GPULAB_ASSIGN_OR_RETURN(o.min_duration_s, r.number("min_duration_s"));
+  GPULAB_ASSIGN_OR_RETURN(o.min_iterations, r.integer("min_iterations"));
+  GPULAB_ASSIGN_OR_RETURN(o.cuda_graph, r.boolean("cuda_graph"));
+  GPULAB_ASSIGN_OR_RETURN(o.include_transfers, r.boolean("include_transfers"));
+  GPULAB_ASSIGN_OR_RETURN(const int64_t streams, r.integer("streams"));
+  o.streams = static_cast<int>(std::clamp<int64_t>(streams, 0, kMaxStreams));
+  GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* percentiles, r.array("percentiles"));
+  o.percentiles.clear();
+  for (const nlohmann::json& p : *percentiles) {
+    if (!p.is_number()) return r.bad("percentiles", "a percentile is not a number");
+    o.percentiles.push_back(p.get<double>());
+  }
+  GPULAB_ASSIGN_OR_RETURN(const auto device, r.optional<int>("device"));
+  o.device = device.value_or(0);
+  return o;
+}
+
+Result<LayerProfileRow> profile_row_from_json(const JsonReader& r) {
+  if (!r.doc.is_object()) return r.bad("", "not an object");
+  LayerProfileRow row;
+  for (const auto& [name, field] : {std::pair{"name", &row.layer.name},
+                                    {"kind", &row.layer.kind},
+                                    {"tactic", &row.layer.tactic},
+                                    {"precision", &row.layer.precision}}) {
+    GPULAB_ASSIGN_OR_RETURN(*field, r.text(name));
+  }
+  for (const auto& [name, field] : {std::pair{"flops", &row.layer.flops},
+                                    {"bytes", &row.layer.bytes},
+                                    {"gpu_ms", &row.layer.gpu_ms},
+                                    {"share", &row.share},
+                                    {"achieved_tflops", &row.achieved_tflops},
+                                    {"achieved_gb_s", &row.achieved_gb_s}}) {
+    GPULAB_ASSIGN_OR_RETURN(*field, r.number(name));
+  }
+  GPULAB_ASSIGN_OR_RETURN(row.roofline_ms, r.optional<double>("roofline_ms"));
+  GPULAB_ASSIGN_OR_RETURN(row.roofline_factor, r.optional<double>("roofline_factor"));
+  GPULAB_ASSIGN_OR_RETURN(const auto bound, r.optional<std::string>("bound"));
+  row.bound = bound.value_or("");
+  return row;
+}
+
+}  // namespace
+
+Result<BenchResult> bench_from_json(const nlohmann::json& doc) {
+  if (!doc.is_object()) return Status::invalid_file("not a JSON object");
+  if (json_string_or(doc, "schema", "") != "gpulab.bench") {
+    return Status::invalid_file("not a gpulab bench result (its \"schema\" is not \"gpulab.bench\")");
+  }
+  const JsonReader r{doc, "bench"};
+  GPULAB_ASSIGN_OR_RETURN(const auto version, r.optional<int64_t>("schema_version"));
+  if (version.value_or(0) != kBenchSchemaVersion) {
+    return Status::invalid_file(fmt::format("schema_version {} is not the {} this gpulab reads",
+                                            version.value_or(0), kBenchSchemaVersion));
+  }
+  BenchResult b;
+  GPULAB_ASSIGN_OR_RETURN(b.model, r.text("model"));
+  GPULAB_ASSIGN_OR_RETURN(b.precision, r.text("precision"));
+  GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* options, r.object("options"));
+  GPULAB_ASSIGN_OR_RETURN(b.options, options_from_json(r.child(*options, "options")));
+  GPULAB_ASSIGN_OR_RETURN(b.iterations, r.integer("iterations"));
+  GPULAB_ASSIGN_OR_RETURN(b.wall_s, r.number("wall_s"));
+  GPULAB_ASSIGN_OR_RETURN(b.throughput_ips, r.number("throughput_ips"));
+
+  GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* metrics, r.object("metrics"));
+  const JsonReader m = r.child(*metrics, "metrics");
+  for (const auto& [key, field] : {std::pair{"gpu_compute_ms", &b.gpu_compute_ms},
+                                   {"latency_ms", &b.latency_ms},
+                                   {"enqueue_ms", &b.enqueue_ms}}) {
+    GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* summary, m.object(key));
+    auto parsed = summary_from_json(*summary);
+    if (!parsed.is_ok()) return m.bad(key, parsed.status().message());
+    *field = std::move(*parsed);
+  }
+  for (const auto& [key, field] : {std::pair{"h2d_ms", &b.h2d_ms}, {"d2h_ms", &b.d2h_ms}}) {
+    GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* summary, m.optional_object(key));
+    if (!summary) continue;
+    auto parsed = summary_from_json(*summary);
+    if (!parsed.is_ok()) return m.bad(key, parsed.status().message());
+    *field = std::move(*parsed);
+  }
+  GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* warnings, r.array("warnings"));
+  for (const nlohmann::json& w : *warnings) {
+    if (!w.is_string()) return r.bad("warnings", "a warning is not a string");
+    b.warnings.push_back(w.get<std::string>());
+  }
+
+  GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* environment, r.object("environment"));
+  const JsonReader e = r.child(*environment, "environment");
+  BenchEnvironment& env = b.environment;
+  for (const auto& [key, field] : {std::pair{"gpu_name", &env.gpu_name},
+                                   {"driver_version", &env.driver_version},
+                                   {"gpulab_version", &env.gpulab_version},
+                                   {"command_line", &env.command_line}}) {
+    GPULAB_ASSIGN_OR_RETURN(const auto value, e.optional<std::string>(key));
+    *field = value.value_or("");
+  }
+  for (const auto& [key, field] : {std::pair{"compute_capability", &env.compute_capability},
+                                   {"cuda_driver_version", &env.cuda_driver_version},
+                                   {"cuda_runtime_version", &env.cuda_runtime_version},
+                                   {"cudnn_version", &env.cudnn_version},
+                                   {"cublas_version", &env.cublas_version}}) {
+    GPULAB_ASSIGN_OR_RETURN(*field, e.optional<int>(key));
+  }
+  GPULAB_ASSIGN_OR_RETURN(env.start, state_from_json(e, "start"));
+  GPULAB_ASSIGN_OR_RETURN(env.end, state_from_json(e, "end"));
+
+  GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* ceilings, r.optional_object("ceilings"));
+  if (ceilings) {
+    const JsonReader c = r.child(*ceilings, "ceilings");
+    Ceilings out;
+    GPULAB_ASSIGN_OR_RETURN(out.memory_gb_s, c.number("memory_gb_s"));
+    GPULAB_ASSIGN_OR_RETURN(out.tflops, c.number("tflops"));
+    GPULAB_ASSIGN_OR_RETURN(const auto source, c.optional<std::string>("source"));
+    out.source = source.value_or("");
+    b.ceilings = out;
+  }
+  GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* plan, r.optional_object("plan"));
+  if (plan) {
+    const JsonReader p = r.child(*plan, "plan");
+    GPULAB_ASSIGN_OR_RETURN(b.plan_source, p.text("source"));
+    GPULAB_ASSIGN_OR_RETURN(b.plan_seconds, p.optional<double>("seconds"));
+  }
+  GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* profile, r.array("profile"));
+  for (size_t i = 0; i < profile->size(); ++i) {
+    GPULAB_ASSIGN_OR_RETURN(LayerProfileRow row,
+                            profile_row_from_json(JsonReader{(*profile)[i], fmt::format("profile[{}]", i)}));
+    b.profile.push_back(std::move(row));
+  }
+  return b;
+}
+
+// ---- Printed report ----------------------------------------------------------------------------
+
 std::string cuda_version_string(const std::optional<int>& v) {
   if (!v) return "?";
   return fmt::format("{}.{}", *v / 1000, (*v % 1000) / 10);
@@ -445,6 +604,8 @@ std::string cublas_version_string(const std::optional<int>& v) {
   // cuBLAS(Lt) 12+: major * 10000 + minor * 100 + patch.
   return fmt::format("{}.{}.{}", *v / 10000, (*v % 10000) / 100, *v % 100);
 }
+
+namespace {
 
 std::string state_pair(const std::optional<GpuState>& a, const std::optional<GpuState>& b,
                        std::optional<double> GpuState::*field, const char* unit) {

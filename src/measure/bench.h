@@ -248,6 +248,18 @@ std::string format_summary(const BenchResult& result);
 // The per-layer table alone (empty string for no rows).
 std::string format_profile(std::span<const LayerProfileRow> rows, const std::optional<Ceilings>& ceilings);
 
+// Reads a document written by to_json back (gpulab report): kInvalidFile naming the field that is
+// missing or of the wrong type, or a schema other than "gpulab.bench" version kBenchSchemaVersion.
+// Never throws. Samples, the .npy output and the profile's inputs are not in the JSON: the result
+// has no samples, and each profile row's layer and derived columns are as written.
+Result<BenchResult> bench_from_json(const nlohmann::json& doc);
+
+// Library versions as the libraries encode them, for printing ("?" when unknown):
+// CUDA 13000 -> "13.0"; cuDNN 91900 -> "9.19.0"; cuBLAS(Lt) 130100 -> "13.1.0".
+std::string cuda_version_string(const std::optional<int>& version);
+std::string cudnn_version_string(const std::optional<int>& version);
+std::string cublas_version_string(const std::optional<int>& version);
+
 // Writes one CSV row per iteration (header: iteration,stream,start_ms,enqueue_ms,h2d_ms,
 // compute_ms,d2h_ms,latency_ms), crash-safe (temporary file, then rename).
 Status export_times_csv(const std::filesystem::path& path, std::span<const IterationTimes> samples);

@@ -1,11 +1,13 @@
 // The ONNX importer's internals, shared by its three files (not installed, not used outside
 // src/onnx):
 //   onnx_import.cc   the model and graph level: opset, graph inputs, the node loop, the rewrites
-//                    that have no node of their own (Pad, ReduceMean), checks after shape inference;
+//                    that have no node of their own (a folded Pad, a spatial ReduceMean, Einsum),
+//                    checks after shape inference;
 //   import_ops.cc    one converter per op: ONNX node + attributes -> gpulab Node;
-//   import_tensor.cc TensorProto -> Tensor (inline or external data).
+//   import_tensor.cc TensorProto -> Tensor (inline or external data);
+//   import_tensor_ops.cc the converters of the transformer classifiers' ops and Einsum.
 // Adding an op: a value in OpType (graph.h), a converter in import_ops.cc and its line in
-// convert_op's switch.
+// convert_op's switch (or, for the transformer ops, in import_tensor_ops.cc).
 #pragma once
 
 #include <onnx/onnx_pb.h>
@@ -119,5 +121,21 @@ Result<Tensor> fake_quantize_constant(const Tensor& x, const QuantizeAttrs& a, c
 // One INT8 scale per output channel (axis 0) of a weight of `shape` quantized with `a`: symmetric
 // int8 only (zero point 0, [-128, 127]), per tensor or along axis 0; nullopt otherwise.
 std::optional<std::vector<float>> int8_weight_scales(const QuantizeAttrs& a, const Shape& shape);
+
+// Refuses the node when its output `i` is read (a training-only output); `what` names it.
+Status refuse_used_output(const NodeContext& c, int i, const char* what);
+
+// The ops of the transformer classifiers and ShuffleNet (import_tensor_ops.cc): whether
+// convert_tensor_op converts `op`, and the converter. Folds the inputs that older opsets held as
+// attributes when they are constant (Split's split, Squeeze's axes from opset 13, ReduceMean's and
+// ReduceL2's axes from opset 18); sets every output of Split.
+bool is_tensor_op(OpType op);
+[[nodiscard]] Status convert_tensor_op(OpType op, const NodeContext& c, ConvertedNode& out);
+
+// Einsum of two operands that is a batched matrix product over shared leading letters, as MaxViT's
+// attention writes it ("bghid,bghjd->bghij" and "bghij,bghjd->bghid"): MatMul of the operands, each
+// first transposed over its last two axes where the equation asks for it. Any other equation is
+// kUnsupported, naming the node and the equation.
+Result<std::vector<Node>> convert_einsum(const NodeContext& c, const std::string& name);
 
 }  // namespace gpulab::onnx_import

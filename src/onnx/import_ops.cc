@@ -140,17 +140,6 @@ Result<Window> read_window(AttrReader& attrs, const std::string& where, std::opt
   return w;
 }
 
-// Refuses a node whose extra output `i` (training statistics, indices, a mask) is read by another
-// node or is a graph output: gpulab computes only the first output.
-Status refuse_used_output(const NodeContext& c, int i, const char* what) {
-  const onnx::NodeProto& n = c.n;
-  if (i < n.output_size() && !n.output(i).empty() && c.used_values.count(n.output(i))) {
-    return Status::unsupported(c.where + ": its " + what + " output '" + n.output(i) +
-                               "' is used, which gpulab does not support (inference only).");
-  }
-  return Status::ok();
-}
-
 // A float32 scalar constant input (Clip's min and max).
 Result<float> scalar_input(const NodeContext& c, int i, const char* what) {
   GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant_input(c, i, what));
@@ -266,7 +255,14 @@ Status convert_dropout(const NodeContext& c, ConvertedNode& out) {
   (void)seed;
   if (c.n.input_size() > 2 && !c.n.input(2).empty()) {
     GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant_input(c, 2, "training_mode"));
-    if (t->numel() != 1 || t->data()[0] != std::byte{0}) {
+    // Training mode drops nothing with a ratio of 0 (Swin calls F.dropout(x, p=0.0), whose
+    // training argument defaults to true).
+    bool no_drop = false;
+    if (c.n.input_size() > 1 && !c.n.input(1).empty()) {
+      const Tensor* r = c.graph.initializer(c.n.input(1));
+      no_drop = r && r->dtype() == DataType::kFloat32 && r->numel() == 1 && r->f32()[0] == 0.0f;
+    }
+    if (t->numel() != 1 || (t->data()[0] != std::byte{0} && !no_drop)) {
       return Status::unsupported(c.where + ": training_mode is true. Export the model in eval mode.");
     }
   }
@@ -375,6 +371,17 @@ Result<const Tensor*> constant_input(const NodeContext& c, int i, const char* wh
   return t;
 }
 
+// Refuses a node whose extra output `i` (training statistics, indices, a mask) is read by another
+// node or is a graph output: gpulab computes only the first output.
+Status refuse_used_output(const NodeContext& c, int i, const char* what) {
+  const onnx::NodeProto& n = c.n;
+  if (i < n.output_size() && !n.output(i).empty() && c.used_values.count(n.output(i))) {
+    return Status::unsupported(c.where + ": its " + what + " output '" + n.output(i) +
+                               "' is used, which gpulab does not support (inference only).");
+  }
+  return Status::ok();
+}
+
 Status convert_op(OpType op, const NodeContext& c, ConvertedNode& out) {
   switch (op) {
     case OpType::kConv: return convert_conv(c, out);
@@ -392,7 +399,9 @@ Status convert_op(OpType op, const NodeContext& c, ConvertedNode& out) {
     case OpType::kUnsqueeze: return convert_unsqueeze(c, out);
     case OpType::kHardSigmoid: return convert_hard_sigmoid(c, out);
     case OpType::kShape: return convert_shape(c, out);
-    default: return Status::ok();  // Relu, Add, Mul, GlobalAveragePool, MatMul, Identity, Sigmoid, HardSwish
+    default:
+      if (is_tensor_op(op)) return convert_tensor_op(op, c, out);
+      return Status::ok();  // Relu, Add, Mul, GlobalAveragePool, MatMul, Identity, Sigmoid, HardSwish
   }
 }
 

@@ -39,10 +39,12 @@ class Importer {
   Status check_folded_pad_readers(const onnx::NodeProto& n, OpType op, const std::string& where) const;
   Status resolve_same_pads();
   Status check_old_softmax() const;
-  // Pad and ReduceMean have no node of their own (below).
-  Status convert_pad(const NodeContext& c);
-  Status convert_reduce_mean(const NodeContext& c, const std::string& name);
-  Status check_reduce_means() const;
+  // A zero Pad of H and W read only by Conv and AveragePool has no node of its own (below); any
+  // other Pad is a Pad node.
+  Status convert_pad(const NodeContext& c, const std::string& name);
+  // A ReduceMean over H and W of a 4-D tensor becomes a GlobalAveragePool (and a Flatten without
+  // keepdims), once shape inference knows the rank.
+  Status spatial_means_to_pools();
   // QuantizeLinear and DequantizeLinear pair up into kQuantizeDequantize nodes, or fold into
   // constants (import_qdq.cc); a QuantizeLinear's int8 output must be read by DequantizeLinears only.
   Status convert_quantize(const NodeContext& c);
@@ -58,7 +60,7 @@ class Importer {
   };
   std::vector<PendingPad> pending_pads_;
   std::map<std::string, FoldedPad> folded_pads_;  // a folded Pad's output name -> its input and pads
-  std::vector<std::pair<size_t, std::string>> reduce_means_;  // GlobalAveragePool node, ReduceMean's where
+  std::map<std::string, std::vector<std::pair<std::string, int>>> readers_;  // value -> (op_type, input)
   struct PendingQuantize {
     std::string input;  // what the QuantizeLinear quantized
     QuantizeAttrs attrs;
@@ -168,13 +170,16 @@ Status Importer::convert_node(const onnx::NodeProto& n, size_t index) {
       return Status::invalid_model(where + ": input 0 is missing.");
     return n.op_type() == "QuantizeLinear" ? convert_quantize(c) : convert_dequantize(c, name);
   }
-  if (n.op_type() == "Pad" || n.op_type() == "ReduceMean") {
+  if (n.op_type() == "Pad" || n.op_type() == "Einsum") {
     if (n.input_size() < 1 || n.input(0).empty())
       return Status::invalid_model(where + ": input 0 is missing.");
-    return n.op_type() == "Pad" ? convert_pad(c) : convert_reduce_mean(c, name);
+    if (n.op_type() == "Pad") return convert_pad(c, name);
+    GPULAB_ASSIGN_OR_RETURN(std::vector<Node> nodes, convert_einsum(c, name));
+    for (Node& node : nodes) graph_.nodes.push_back(std::move(node));
+    return Status::ok();
   }
   const std::optional<OpType> op = op_from_name(n.op_type());
-  if (!op) {
+  if (!op || *op == OpType::kAttention) {  // Attention: made by fuse_attention, not an op gpulab reads
     return Status::unsupported(where + ": op '" + n.op_type() +
                                "' is not supported. Supported ops: " + supported_ops_list() + ".");
   }
@@ -279,86 +284,57 @@ Status Importer::check_old_softmax() const {
   return Status::ok();
 }
 
-// Pad (mode "constant", value 0) of the two spatial dimensions of a 4-D tensor: no
-// node; the Conv or AveragePool that reads it takes the padding (convert_conv, convert_pool:
-// import_ops.cc).
-Status Importer::convert_pad(const NodeContext& c) {
+// Pad (mode "constant", value 0) of the two spatial dimensions of a 4-D tensor, read only by
+// Conv and AveragePool (PyTorch 1.13 exports AvgPool2d's padding that way): no node; the Conv or
+// AveragePool that reads it takes the padding (convert_conv, convert_pool: import_ops.cc). Any other
+// constant Pad (computed pads, other values or dimensions, other readers) is a Pad node.
+Status Importer::convert_pad(const NodeContext& c, const std::string& name) {
   const onnx::NodeProto& n = c.n;
   const std::string& where = c.where;
   AttrReader& attrs = c.attrs;
   GPULAB_ASSIGN_OR_RETURN(std::string mode, attrs.get_string("mode", "constant"));
   if (mode != "constant")
-    return Status::unsupported(where + ": mode '" + mode +
-                               "' is not supported (only constant zero padding).");
+    return Status::unsupported(where + ": mode '" + mode + "' is not supported (only constant padding).");
   // Opset 11 and later (what gpulab reads): pads, constant_value and axes are inputs.
   if (n.input_size() < 2 || n.input(1).empty()) return Status::invalid_model(where + ": needs input pads.");
-  GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant_input(c, 1, "pads"));
-  if (t->dtype() != DataType::kInt64) return Status::invalid_model(where + ": pads must be int64.");
-  const std::vector<int64_t> pads(t->i64().begin(), t->i64().end());
-  float value = 0.0f;
-  if (n.input_size() > 2 && !n.input(2).empty()) {
-    GPULAB_ASSIGN_OR_RETURN(const Tensor* v, constant_input(c, 2, "constant_value"));
-    if (v->dtype() != DataType::kFloat32 || v->numel() != 1)
-      return Status::unsupported(where + ": constant_value must be one float.");
-    value = v->f32()[0];
-  }
   if (n.input_size() > 3 && !n.input(3).empty())
     return Status::unsupported(where + ": the axes input (opset 18) is not supported.");
   GPULAB_TRY(attrs.check_all_read());
-  if (value != 0.0f)
-    return Status::unsupported(where + ": padding with " + std::to_string(value) +
-                               " is not supported (only zeros).");
-  // [n_begin, c_begin, h_begin, w_begin, n_end, c_end, h_end, w_end]
-  if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5] ||
-      std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p < 0 || p > (1 << 20); }))
-    return Status::unsupported(where +
-                               ": only non-negative padding of the height and width of a 4-D "
-                               "tensor is supported.");
-  if (std::find(graph_.outputs.begin(), graph_.outputs.end(), n.output(0)) != graph_.outputs.end())
-    return Status::unsupported(where + ": a Pad that gives the model's output is not supported.");
-  FoldedPad pad{n.input(0), Pads{pads[2], pads[3], pads[6], pads[7]}, where};
-  // Pad of a Pad: one padding of both.
-  if (const auto inner = folded_pads_.find(n.input(0)); inner != folded_pads_.end()) {
-    pad.input = inner->second.input;
-    pad.pads = add_pads(pad.pads, inner->second.pads);
-  }
-  folded_pads_[n.output(0)] = pad;
-  return Status::ok();
-}
-
-// ReduceMean over the two spatial axes of a 4-D tensor (x.mean([2, 3]) in PyTorch): a
-// GlobalAveragePool, then a Flatten when keepdims is 0. The rank is checked after shape inference.
-Status Importer::convert_reduce_mean(const NodeContext& c, const std::string& name) {
-  const onnx::NodeProto& n = c.n;
-  const std::string& where = c.where;
-  AttrReader& attrs = c.attrs;
-  GPULAB_ASSIGN_OR_RETURN(int64_t keepdims, attrs.get_int("keepdims", 1));
-  std::optional<std::vector<int64_t>> axes;
-  if (ctx_.opset < 18) {
-    GPULAB_ASSIGN_OR_RETURN(axes, attrs.get_ints("axes"));
-  } else {
-    GPULAB_ASSIGN_OR_RETURN(int64_t noop, attrs.get_int("noop_with_empty_axes", 0));
-    (void)noop;  // only matters without axes, which is refused below
-    if (n.input_size() > 1 && !n.input(1).empty()) {
-      GPULAB_ASSIGN_OR_RETURN(const Tensor* t, constant_input(c, 1, "axes"));
-      if (t->dtype() != DataType::kInt64) return Status::invalid_model(where + ": axes must be int64.");
-      axes = std::vector<int64_t>(t->i64().begin(), t->i64().end());
+  const auto foldable = [&]() -> std::optional<FoldedPad> {
+    const Tensor* t = graph_.initializer(n.input(1));
+    if (!t || t->dtype() != DataType::kInt64) return std::nullopt;
+    const std::vector<int64_t> pads(t->i64().begin(), t->i64().end());
+    if (n.input_size() > 2 && !n.input(2).empty()) {
+      const Tensor* v = graph_.initializer(n.input(2));
+      if (!v || v->dtype() != DataType::kFloat32 || v->numel() != 1 || v->f32()[0] != 0.0f)
+        return std::nullopt;
     }
+    // [n_begin, c_begin, h_begin, w_begin, n_end, c_end, h_end, w_end]
+    if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5] ||
+        std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p < 0 || p > (1 << 20); }))
+      return std::nullopt;
+    if (std::find(graph_.outputs.begin(), graph_.outputs.end(), n.output(0)) != graph_.outputs.end())
+      return std::nullopt;
+    const auto readers = readers_.find(n.output(0));
+    if (readers == readers_.end()) return std::nullopt;
+    for (const auto& [op_type, input] : readers->second)
+      if (input != 0 || (op_type != "Conv" && op_type != "AveragePool" && op_type != "Pad"))
+        return std::nullopt;
+    return FoldedPad{n.input(0), Pads{pads[2], pads[3], pads[6], pads[7]}, where};
+  };
+  if (auto pad = foldable()) {
+    // Pad of a Pad: one padding of both.
+    if (const auto inner = folded_pads_.find(n.input(0)); inner != folded_pads_.end()) {
+      pad->input = inner->second.input;
+      pad->pads = add_pads(pad->pads, inner->second.pads);
+    }
+    folded_pads_[n.output(0)] = *pad;
+    return Status::ok();
   }
-  GPULAB_TRY(attrs.check_all_read());
-  std::vector<int64_t> spatial = axes ? *axes : std::vector<int64_t>{};
-  for (int64_t& a : spatial) a = a < 0 ? a + 4 : a;
-  std::sort(spatial.begin(), spatial.end());
-  if (spatial != std::vector<int64_t>{2, 3})
-    return Status::unsupported(where +
-                               ": only a ReduceMean over the spatial axes [2, 3] of an NCHW tensor is "
-                               "supported (a global average pool).");
-  const std::string pooled = keepdims ? n.output(0) : n.output(0) + "/global_average";
-  reduce_means_.push_back({graph_.nodes.size(), where});
-  graph_.nodes.push_back(Node{name, OpType::kGlobalAveragePool, {n.input(0)}, {pooled}, {}});
-  if (!keepdims)
-    graph_.nodes.push_back(
-        Node{name + "/flatten", OpType::kFlatten, {pooled}, {n.output(0)}, FlattenAttrs{1}});
+  ConvertedNode out;
+  out.node = Node{name, OpType::kPad, {n.input().begin(), n.input().end()}, {n.output(0)}, {}};
+  GPULAB_TRY(convert_tensor_op(OpType::kPad, c, out));
+  graph_.nodes.push_back(std::move(out.node));
   return Status::ok();
 }
 
@@ -417,15 +393,32 @@ Status Importer::check_quantized_readers() const {
   return Status::ok();
 }
 
-Status Importer::check_reduce_means() const {
-  for (const auto& [index, where] : reduce_means_) {
-    const ValueInfo* in = graph_.value(graph_.nodes[index].inputs[0]);
-    if (!in || in->shape.rank() != 4)
-      return Status::unsupported(where + ": a ReduceMean over axes [2, 3] of " +
-                                 (in ? in->shape.to_string() : std::string("?")) +
-                                 "; only 4-D NCHW tensors are supported.");
+Status Importer::spatial_means_to_pools() {
+  std::vector<Node> nodes;
+  bool changed = false;
+  for (Node& node : graph_.nodes) {
+    const ValueInfo* in = node.op == OpType::kReduceMean ? graph_.value(node.inputs[0]) : nullptr;
+    if (!in || in->shape.rank() != 4) {
+      nodes.push_back(std::move(node));
+      continue;
+    }
+    const ReduceAttrs a = node.attr<ReduceAttrs>();
+    std::vector<int64_t> axes = a.axes;
+    for (int64_t& axis : axes) axis = axis < 0 ? axis + 4 : axis;
+    std::sort(axes.begin(), axes.end());
+    if (axes != std::vector<int64_t>{2, 3}) {
+      nodes.push_back(std::move(node));
+      continue;
+    }
+    changed = true;
+    const std::string out = node.outputs[0];
+    const std::string pooled = a.keepdims ? out : out + "/global_average";
+    nodes.push_back(Node{node.name, OpType::kGlobalAveragePool, {node.inputs[0]}, {pooled}, {}});
+    if (!a.keepdims)
+      nodes.push_back(Node{node.name + "/flatten", OpType::kFlatten, {pooled}, {out}, FlattenAttrs{1}});
   }
-  return Status::ok();
+  graph_.nodes = std::move(nodes);
+  return changed ? graph_.infer_shapes() : Status::ok();
 }
 
 namespace {
@@ -518,7 +511,10 @@ Result<Graph> Importer::run(const onnx::ModelProto& model) {
     used_values_.insert(out.name());
   }
   for (const auto& n : g.node())
-    for (const auto& in : n.input()) used_values_.insert(in);
+    for (int i = 0; i < n.input_size(); ++i) {
+      used_values_.insert(n.input(i));
+      readers_[n.input(i)].emplace_back(n.op_type(), i);
+    }
   for (int i = 0; i < g.node_size(); ++i) GPULAB_TRY(convert_node(g.node(i), static_cast<size_t>(i)));
   GPULAB_TRY(check_quantized_readers());
 
@@ -526,7 +522,7 @@ Result<Graph> Importer::run(const onnx::ModelProto& model) {
   GPULAB_TRY(resolve_same_pads());
   GPULAB_TRY(graph_.infer_shapes());
   GPULAB_TRY(check_old_softmax());
-  GPULAB_TRY(check_reduce_means());
+  GPULAB_TRY(spatial_means_to_pools());
   return std::move(graph_);
 }
 

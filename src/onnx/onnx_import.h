@@ -1,9 +1,13 @@
 // ONNX import: ModelProto -> Graph. The only code in gpulab that sees protobuf.
 //
-// Accepts ONNX opsets 11..18 (default domain) and the ops listed in OpType. Attributes are read
-// into typed attrs with ONNX defaults; auto_pad becomes explicit pads; Clip min/max inputs and
-// Unsqueeze axes inputs (which must be constant) are folded into attributes; Constant nodes
-// become initializers; Dropout keeps only its first output. Initializers may be float32, float16
+// Accepts ONNX opsets 11..18 (default domain) and the ops listed in OpType (but Attention, which
+// only the passes make), and Einsum as MatMul (convert_tensor_ops.h). Attributes are read into typed
+// attrs with ONNX defaults; auto_pad becomes explicit pads; Clip min/max inputs and the axes/split
+// inputs of Unsqueeze, Squeeze, Split and ReduceMean (which must be constant) are folded into
+// attributes; Constant nodes become initializers; Dropout keeps only its first output (a Dropout in
+// training mode is accepted with a ratio of 0); a zero Pad of H and W read only by Conv and
+// AveragePool is folded into their padding, any other constant Pad is a node; a ReduceMean over H
+// and W of a 4-D tensor is a GlobalAveragePool. Initializers may be float32, float16
 // (converted to float32), int64 or int32 (converted to int64), stored inline or as external data
 // next to the model file. A graph input whose first dimension is symbolic (dim_param) or <= 0
 // gets Shape::kBatch there. The result has passed Graph::validate() and Graph::infer_shapes().

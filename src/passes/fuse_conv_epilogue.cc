@@ -1,14 +1,10 @@
+#include "passes/pass_util.h"
 #include "passes/passes.h"
 
 namespace gpulab {
 namespace {
 
-// The single node reading `value` (read once, not a graph output), or -1.
-int single_reader(const Graph& graph, const std::string& value) {
-  if (graph.use_count(value) != 1) return -1;
-  const std::vector<int> readers = graph.consumers(value);
-  return readers.size() == 1 ? readers[0] : -1;
-}
+using pass::single_reader;
 
 void erase_node(Graph& graph, int index) {
   graph.nodes.erase(graph.nodes.begin() + index);

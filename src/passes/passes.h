@@ -22,11 +22,14 @@ Status fold_qdq(Graph& graph);
 // output is kept.
 Status drop_identity(Graph& graph);
 
-// Replaces Shape/Gather/Unsqueeze/Concat chains whose values are known ahead (and contain no batch
-// size) by int64 initializers, and gives every Reshape whose target shape is known (possibly with
-// the batch size) a constant shape initializer: the batch size is written as 0 ("copy this
-// dimension", ONNX Reshape semantics) when the input has the batch at the same position; any
-// other use of the batch size in a Reshape target is refused (kUnsupported). Dead nodes go.
+// Replaces every node whose int64/bool outputs shape inference knows (and that do not depend on the
+// batch size: an export's shape code) by initializers, and every node whose inputs are all constants
+// by its outputs computed with the reference backend (masks, relative position biases, the cast and
+// power of an attention scale; outputs up to 64 MiB). Gives every Reshape whose target shape is known
+// (possibly with the batch size) a constant shape initializer: the batch size is written as 0 ("copy
+// this dimension", ONNX Reshape semantics) when the input has the batch at the same position, and as
+// -1 where the batch is folded into another dimension (N * k), the other dimensions written out; a
+// target using the batch twice is refused (kUnsupported). Dead nodes go.
 Status fold_constants(Graph& graph);
 
 // Conv followed by BatchNormalization (the Conv output read by nothing else) becomes one Conv
@@ -57,13 +60,51 @@ Status fold_flatten_into_gemm(Graph& graph);
 // before the Conv.
 Status fuse_conv_epilogue(Graph& graph);
 
+// Identity in all but name, then dropped as drop_identity drops an Identity: a Reshape, Expand,
+// Cast, Squeeze, Unsqueeze, Flatten or Slice whose output has its input's shape and type (a Slice
+// only with steps of 1), a Transpose with the identity permutation, a Pad of zeros, and a Mul or
+// Div by ones or an Add or Sub of zeros (a constant second input that does not broadcast the first).
+Status drop_noops(Graph& graph);
+
+// The decomposition torch.onnx writes for nn.LayerNorm below opset 17 (ReduceMean, Sub, Pow 2,
+// ReduceMean, Add eps, Sqrt, Div, then Mul by gamma and Add of beta) becomes LayerNormalization over
+// the same trailing axes, with gamma and beta written out over the normalized shape.
+Status fuse_layer_norm(Graph& graph);
+
+// GELU as torch.onnx writes it without a Gelu op (Div by sqrt 2 or Mul by 1/sqrt 2, Erf, Add 1, two
+// Muls with x and 0.5 in any order) becomes Gelu (the exact form).
+Status fuse_gelu(Graph& graph);
+
+// Reshape(x -> [R, K]) -> Gemm -> Reshape(-> [l..., M]) with l1 ... lk = R (nn.MultiheadAttention's
+// output projection over [T * N, E] rows) becomes Reshape(x -> [l..., K]) -> MatMul -> Add.
+Status unflatten_gemm(Graph& graph);
+
+// A Mul by a constant with one factor per output feature after MatMul(x, W) [+ b] (directly or
+// after a Transpose: ConvNeXt's layer scale) is folded into W's columns and b.
+Status fold_layer_scale(Graph& graph);
+
+// Scaled dot-product attention: MatMul(Q, K^T) -> [Mul/Div by constants, Add of constant biases,
+// Reshapes of the leading dims] -> Softmax(last axis) -> MatMul(., V) becomes one Attention node
+// (scale, one summed constant bias over the finest leading dims the scores pass through; Q, K, V
+// regrouped to those dims by Reshapes where needed). A scalar Mul or Div of Q or K (read only there)
+// joins the scale; K^T's Transpose is composed away where possible; a constant factor that does not
+// vary over the last two axes (Swin V2's per-head logit scale) moves onto Q as a Mul.
+Status fuse_attention(Graph& graph);
+
+// ShuffleNet's channel shuffle (Reshape to [N, g, C/g, H, W], Transpose(0, 2, 1, 3, 4), Reshape back)
+// becomes one Gather of the channels with the constant permutation.
+Status fold_channel_shuffle(Graph& graph);
+
 struct PassOptions {
   bool fold_qdq = true;
   bool drop_identity = true;
-  bool fold_constants = true;
+  bool fold_constants = true;  // and drop_noops
   bool fold_batchnorm = true;  // and batchnorm_to_conv
   bool fold_flatten = true;    // and matmul_to_gemm, before it
   bool fuse = true;            // fuse_conv_epilogue
+  // fuse_layer_norm, fuse_gelu, unflatten_gemm, fold_layer_scale, fuse_attention,
+  // fold_channel_shuffle
+  bool fuse_transformer = true;
 };
 
 // Runs the enabled passes in the order above, logs (log_info) what each changed, removes dead

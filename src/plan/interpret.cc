@@ -9,6 +9,7 @@
 #include "core/math.h"
 #include "core/quant.h"
 #include "plan/interpret_kernels.h"
+#include "plan/interpret_views.h"
 #include "plan/lower.h"
 
 namespace gpulab {
@@ -43,6 +44,17 @@ class Interpreter {
         case StepKind::kCast: elementwise_step(s); break;
         case StepKind::kStem: GPULAB_TRY(stem_step(s, input)); break;
         case StepKind::kConcat: concat_step(s); break;
+        case StepKind::kCopy:
+        case StepKind::kLinear:
+        case StepKind::kMatMul:
+        case StepKind::kAttention:
+        case StepKind::kLayerNorm:
+        case StepKind::kEltwise: {
+          ViewStepContext ctx{plan_, batch_, v_,
+                              [this](const PlanStep& step, int w) { return weight(step, w, 0); }};
+          GPULAB_TRY(interpret_view_step(s, ctx));
+          break;
+        }
         case StepKind::kOutput: {
           const PlanValue& x = plan_.values[s.inputs[0]];
           logits.resize(static_cast<size_t>(batch_ * plan_.num_classes));
@@ -90,10 +102,12 @@ class Interpreter {
           fmt::format("interpret: weight '{}' of step '{}' is {}; only float32, float16 "
                       "and bfloat16 weights are interpreted.",
                       w.name, s.name, dtype_name(w.dtype)));
-    // As lower_graph stores them: BF16 layers keep their biases in float32.
+    // As lower_graph stores them: BF16 layers keep their biases in float32, layer norms their scale
+    // and bias in every precision.
     const bool bf16_conv_bias =
         s.kind == StepKind::kConv && index == s.bias && options_.storage_dtype == DataType::kBFloat16;
-    if (w.dtype == DataType::kFloat32 && options_.storage_dtype && !bf16_conv_bias &&
+    const bool float32_kept = bf16_conv_bias || s.kind == StepKind::kLayerNorm;
+    if (w.dtype == DataType::kFloat32 && options_.storage_dtype && !float32_kept &&
         !options_.float32_weights.contains(s.name))
       for (float& x : out) x = round_to_dtype(x, *options_.storage_dtype);
     return out;
@@ -128,23 +142,57 @@ class Interpreter {
     const PlanValue& x = plan_.values[s.inputs[0]];
     const PlanValue& y = plan_.values[s.output];
     const auto& a = s.conv;
-    const int64_t cg = x.c / a.groups;
+    const int64_t cg = x.c / a.groups, kg = y.c / a.groups, taps = a.kernel.h * a.kernel.w;
     GPULAB_ASSIGN_OR_RETURN(const std::vector<float> wt,
-                            weight(s, s.weight, static_cast<size_t>(y.c * a.kernel.h * a.kernel.w * cg)));
+                            weight(s, s.weight, static_cast<size_t>(y.c * taps * cg)));
     GPULAB_ASSIGN_OR_RETURN(const std::vector<float> bias, weight(s, s.bias, static_cast<size_t>(y.c)));
-    const ConvGeometry g{
+    const ConvGeometry geom{
         .batch = batch_, .x_h = x.h, .x_w = x.w, .x_c = x.c, .y_h = y.h, .y_w = y.w, .y_c = y.c, .attrs = a};
-    if (is_quantized(s.precision)) return quantized_conv(s, g, wt, bias);
+    if (is_quantized(s.precision)) return quantized_conv(s, geom, wt, bias);
+    // The weights as [tap][c][k] (k innermost), so that one input value updates a run of contiguous
+    // output accumulators: the loop vectorizes, and every output is still one float64 sum.
+    std::vector<double> wk(static_cast<size_t>(taps * cg * y.c));
+    for (int64_t k = 0; k < y.c; ++k)
+      for (int64_t t = 0; t < taps; ++t)
+        for (int64_t ci = 0; ci < cg; ++ci)
+          wk[static_cast<size_t>((t * cg + ci) * y.c + k)] =
+              wt[static_cast<size_t>((k * taps + t) * cg + ci)];
     const std::vector<float>& in = v_[s.inputs[0]];
     const std::vector<float>* res = a.has_residual ? &v_[s.inputs[1]] : nullptr;
     auto& out = alloc(s.output);
-    std::vector<double> acc(out.size());
-    conv_accumulate(g, in.data(), wt.data(), acc.data());
-    for (size_t i = 0; i < out.size(); ++i) {
-      double v = acc[i] + bias[i % static_cast<size_t>(y.c)];
-      if (res) v += (*res)[i];
-      out[i] = activate(static_cast<float>(v), a.activation, a.clip_min, a.clip_max);
-    }
+    parallel_rows(batch_ * y.h, [&](int64_t begin, int64_t end) {
+      std::vector<double> acc(static_cast<size_t>(y.c));
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t n = row / y.h, oh = row % y.h;
+        for (int64_t ow = 0; ow < y.w; ++ow) {
+          for (int64_t k = 0; k < y.c; ++k) acc[static_cast<size_t>(k)] = bias[static_cast<size_t>(k)];
+          for (int64_t r = 0; r < a.kernel.h; ++r) {
+            const int64_t ih = oh * a.stride.h - a.pads.top + r * a.dilation.h;
+            if (ih < 0 || ih >= x.h) continue;
+            for (int64_t q = 0; q < a.kernel.w; ++q) {
+              const int64_t iw = ow * a.stride.w - a.pads.left + q * a.dilation.w;
+              if (iw < 0 || iw >= x.w) continue;
+              const float* xp = &in[static_cast<size_t>(((n * x.h + ih) * x.w + iw) * x.c)];
+              const double* wtap = &wk[static_cast<size_t>((r * a.kernel.w + q) * cg * y.c)];
+              for (int64_t g = 0; g < a.groups; ++g)
+                for (int64_t ci = 0; ci < cg; ++ci) {
+                  const double xv = xp[g * cg + ci];
+                  const double* wr = wtap + ci * y.c + g * kg;
+                  double* ar = acc.data() + g * kg;
+                  for (int64_t kk = 0; kk < kg; ++kk) ar[kk] += xv * wr[kk];
+                }
+            }
+          }
+          const int64_t at = ((n * y.h + oh) * y.w + ow) * y.c;
+          for (int64_t k = 0; k < y.c; ++k) {
+            double v = acc[static_cast<size_t>(k)];
+            if (res) v += (*res)[static_cast<size_t>(at + k)];
+            out[static_cast<size_t>(at + k)] =
+                activate(static_cast<float>(v), a.activation, a.clip_min, a.clip_max);
+          }
+        }
+      }
+    });
     return Status::ok();
   }
 
@@ -369,13 +417,7 @@ class Interpreter {
   }
 
   static float pointwise(float v, const PlanStep& s) {
-    switch (s.pointwise) {
-      case PointwiseFn::kSigmoid: return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
-      case PointwiseFn::kHardSigmoid: return std::clamp(s.alpha * v + s.beta, 0.0f, 1.0f);
-      case PointwiseFn::kHardSwish: return v * std::clamp(v / 6.0f + 0.5f, 0.0f, 1.0f);
-      case PointwiseFn::kFakeQuantize: return fake_quantize(v, s.alpha, s.beta, s.clip_min, s.clip_max);
-    }
-    return v;
+    return static_cast<float>(apply_pointwise(s.pointwise, v, s.alpha, s.beta, s.clip_min, s.clip_max));
   }
 
   // Softmax over each row of [batch, classes].

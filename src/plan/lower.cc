@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 #include <variant>
@@ -17,6 +18,7 @@
 #include "gpulab/version.h"
 #include "graph/cost.h"
 #include "plan/lower_quant.h"
+#include "plan/lower_views.h"
 
 namespace gpulab {
 
@@ -168,6 +170,7 @@ struct Lowering {
   std::map<std::pair<int, DataType>, int> casts;  // (value, dtype) -> its kCast copy
   StemRewrite stem;                               // node "" when the stem is not rewritten
   bool softmax_output = false;                    // lower_softmax: kOutput applies the Softmax
+  std::unique_ptr<ViewLowering> views;            // the transformer ops (lower_views.h)
   // Graph values that flatten an HxWxC value with H or W > 1: the plan value keeps its NHWC
   // order, which differs from ONNX's CHW flattening.
   std::set<std::string> spatial_views;
@@ -188,6 +191,8 @@ struct Lowering {
                                            "GPU only a Gemm may read",
                                            node.input(i)));
     auto it = value_of.find(node.input(i));
+    if (it == value_of.end() && views)
+      if (auto v = views->canonical(node, node.input(i))) return *v;
     if (it == value_of.end())
       return unsupported(node, fmt::format("input '{}' is not an activation", node.input(i)));
     return it->second;
@@ -514,6 +519,7 @@ struct Lowering {
   }
 
   Status lower_node(const Node& node) {
+    if (views->lowers(node)) return views->lower(node);
     switch (node.op) {
       case OpType::kConv: return lower_conv(node);
       case OpType::kGemm: return lower_gemm(node);
@@ -641,6 +647,12 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
                     "classifiers with one of each.",
                     graph.inputs.size(), graph.outputs.size()));
   Lowering low(graph, options);
+  low.views = std::make_unique<ViewLowering>(
+      LoweringAccess{graph, options, low.plan, low.dtype, low.value_of,
+                     [&low](std::string name, Shape shape, std::span<const float> values, DataType type) {
+                       return low.add_weight(std::move(name), std::move(shape), values, type);
+                     },
+                     [&low](StepKind kind, const Node& node) { return low.step(kind, node); }});
   low.policy = default_layer_precision(graph, options.precision);
   Plan& plan = low.plan;
   plan.gpulab_version = GPULAB_VERSION;
@@ -729,6 +741,10 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
         "(+{:.2f} MiB of weights); --layer-precision NAME={} keeps one in {}",
         precision_name(options.precision), applied, extra_bytes / 1048576.0,
         precision_name(options.precision), precision_name(options.precision));
+  }
+  if (!low.value_of.contains(graph.outputs[0])) {
+    const Node* last = graph.nodes.empty() ? nullptr : &graph.nodes.back();
+    if (auto v = last ? low.views->canonical(*last, graph.outputs[0]) : std::nullopt) GPULAB_TRY(v->status());
   }
   auto out = low.value_of.find(graph.outputs[0]);
   if (out == low.value_of.end())

@@ -13,6 +13,7 @@
 
 #include "core/checked.h"
 #include "core/file_io.h"
+#include "core/quant.h"
 
 namespace gpulab {
 
@@ -129,6 +130,12 @@ std::string_view step_kind_name(StepKind kind) {
     case StepKind::kMul: return "mul";
     case StepKind::kPointwise: return "pointwise";
     case StepKind::kConcat: return "concat";
+    case StepKind::kCopy: return "copy";
+    case StepKind::kLinear: return "linear";
+    case StepKind::kMatMul: return "matmul";
+    case StepKind::kAttention: return "attention";
+    case StepKind::kLayerNorm: return "layer_norm";
+    case StepKind::kEltwise: return "eltwise";
   }
   return "?";
 }
@@ -138,9 +145,61 @@ std::string_view pointwise_fn_name(PointwiseFn fn) {
     case PointwiseFn::kSigmoid: return "sigmoid";
     case PointwiseFn::kHardSigmoid: return "hard_sigmoid";
     case PointwiseFn::kHardSwish: return "hard_swish";
+    case PointwiseFn::kGelu: return "gelu";
+    case PointwiseFn::kGeluTanh: return "gelu_tanh";
+    case PointwiseFn::kTanh: return "tanh";
+    case PointwiseFn::kErf: return "erf";
+    case PointwiseFn::kSqrt: return "sqrt";
+    case PointwiseFn::kExp: return "exp";
+    case PointwiseFn::kNeg: return "neg";
+    case PointwiseFn::kIdentity: return "identity";
     case PointwiseFn::kFakeQuantize: return "fake_quantize";
   }
   return "?";
+}
+
+double apply_pointwise(PointwiseFn fn, double x, float alpha, float beta, float clip_min, float clip_max) {
+  switch (fn) {
+    case PointwiseFn::kSigmoid: return 1.0 / (1.0 + std::exp(-x));
+    case PointwiseFn::kHardSigmoid: return std::clamp(alpha * x + beta, 0.0, 1.0);
+    case PointwiseFn::kHardSwish: return x * std::clamp(x / 6.0 + 0.5, 0.0, 1.0);
+    case PointwiseFn::kGelu: return 0.5 * x * (1.0 + std::erf(x * 0.7071067811865476));
+    case PointwiseFn::kGeluTanh:
+      return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case PointwiseFn::kTanh: return std::tanh(x);
+    case PointwiseFn::kErf: return std::erf(x);
+    case PointwiseFn::kSqrt: return std::sqrt(x);
+    case PointwiseFn::kExp: return std::exp(x);
+    case PointwiseFn::kNeg: return -x;
+    case PointwiseFn::kIdentity: return x;
+    case PointwiseFn::kFakeQuantize:
+      return fake_quantize(static_cast<float>(x), alpha, beta, clip_min, clip_max);
+  }
+  return x;
+}
+
+std::string_view eltwise_op_name(EltwiseOp op) {
+  switch (op) {
+    case EltwiseOp::kAdd: return "add";
+    case EltwiseOp::kSub: return "sub";
+    case EltwiseOp::kMul: return "mul";
+    case EltwiseOp::kDiv: return "div";
+  }
+  return "?";
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+TensorView contiguous_view(std::vector<int64_t> dims) {
+  TensorView v;
+  v.strides.assign(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) v.strides[i - 1] = v.strides[i] * dims[i];
+  v.dims = std::move(dims);
+  return v;
 }
 
 bool broadcasts_channels(const Plan& plan, const PlanStep& step) {
@@ -386,6 +445,7 @@ Status check_image_step(const Plan& plan, size_t i) {
 Status check_step(const Plan& plan, size_t i) {
   const StepKind kind = plan.steps[i].kind;
   GPULAB_TRY(check_step_indices(plan, i));
+  if (is_view_step(kind)) return validate_view_step(plan, i);  // plan_views.cc
   GPULAB_TRY(kind == StepKind::kConcat ? check_concat(plan, i) : check_input_count(plan, i));
   if (kind == StepKind::kAdd || kind == StepKind::kMul || kind == StepKind::kActivation ||
       kind == StepKind::kPointwise)
@@ -521,9 +581,18 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
       js["space_to_depth"] = {{"block", sd.block}, {"pad_top", sd.pad_top}, {"pad_left", sd.pad_left}};
     }
     if (s.kind == StepKind::kStem) js["fused_values"] = s.fused_values;
-    if (s.kind == StepKind::kPointwise)
+    if (s.kind == StepKind::kPointwise || s.kind == StepKind::kLinear)
       js["pointwise"] = {
           {"fn", std::string(pointwise_fn_name(s.pointwise))}, {"alpha", s.alpha}, {"beta", s.beta}};
+    if (is_view_step(s.kind)) {
+      json views = json::array();
+      for (const TensorView& v : s.views)
+        views.push_back({{"offset", v.offset}, {"dims", v.dims}, {"strides", v.strides}});
+      js["views"] = std::move(views);
+    }
+    if (s.kind == StepKind::kEltwise) js["eltwise"] = std::string(eltwise_op_name(s.eltwise));
+    if (s.kind == StepKind::kLayerNorm) js["epsilon"] = s.epsilon;
+    if (s.kind == StepKind::kMatMul || s.kind == StepKind::kAttention) js["scale"] = s.scale;
     if (s.kind == StepKind::kOutput && s.softmax) js["softmax"] = true;
     if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool || s.kind == StepKind::kStem) {
       const auto& p = s.pool;
@@ -548,19 +617,30 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
 }
 
 StepKind step_kind_from(const std::string& name) {
-  for (StepKind k :
-       {StepKind::kInput, StepKind::kConv, StepKind::kGemm, StepKind::kMaxPool, StepKind::kAveragePool,
-        StepKind::kGlobalAveragePool, StepKind::kAdd, StepKind::kActivation, StepKind::kOutput,
-        StepKind::kCast, StepKind::kStem, StepKind::kMul, StepKind::kPointwise, StepKind::kConcat})
+  for (StepKind k : {StepKind::kInput,     StepKind::kConv,        StepKind::kGemm,
+                     StepKind::kMaxPool,   StepKind::kAveragePool, StepKind::kGlobalAveragePool,
+                     StepKind::kAdd,       StepKind::kActivation,  StepKind::kOutput,
+                     StepKind::kCast,      StepKind::kStem,        StepKind::kMul,
+                     StepKind::kPointwise, StepKind::kConcat,      StepKind::kCopy,
+                     StepKind::kLinear,    StepKind::kMatMul,      StepKind::kAttention,
+                     StepKind::kLayerNorm, StepKind::kEltwise})
     if (step_kind_name(k) == name) return k;
   throw std::runtime_error("unknown step kind '" + name + "'");
 }
 
 PointwiseFn pointwise_fn_from(const std::string& name) {
-  for (PointwiseFn f : {PointwiseFn::kSigmoid, PointwiseFn::kHardSigmoid, PointwiseFn::kHardSwish,
-                        PointwiseFn::kFakeQuantize})
+  for (PointwiseFn f :
+       {PointwiseFn::kSigmoid, PointwiseFn::kHardSigmoid, PointwiseFn::kHardSwish, PointwiseFn::kGelu,
+        PointwiseFn::kGeluTanh, PointwiseFn::kTanh, PointwiseFn::kErf, PointwiseFn::kSqrt, PointwiseFn::kExp,
+        PointwiseFn::kNeg, PointwiseFn::kIdentity, PointwiseFn::kFakeQuantize})
     if (pointwise_fn_name(f) == name) return f;
   throw std::runtime_error("unknown pointwise function '" + name + "'");
+}
+
+EltwiseOp eltwise_op_from(const std::string& name) {
+  for (EltwiseOp op : {EltwiseOp::kAdd, EltwiseOp::kSub, EltwiseOp::kMul, EltwiseOp::kDiv})
+    if (eltwise_op_name(op) == name) return op;
+  throw std::runtime_error("unknown elementwise operation '" + name + "'");
 }
 
 Activation activation_from(int v) {
@@ -581,9 +661,33 @@ T value_or_throw(Result<T> r) {
   return std::move(r).value();
 }
 
+// The format version that added INT8/FP8 plans: int8/fp8e4m3 values and weights, value scales,
+// weight scales, the precisions int8 and fp8, the pointwise function fake_quantize.
+constexpr uint32_t kQuantizedPlanFormatVersion = 5;
+
+// Throws when a file of format `version` holds `what`, which only kQuantizedPlanFormatVersion added:
+// such a file was not written by a gpulab, and reading it as if it were newer would misread it.
+void require_quantized_version(uint32_t version, const std::string& what) {
+  if (version < kQuantizedPlanFormatVersion)
+    throw std::runtime_error(fmt::format("{}, which plan format version {} added, in a version-{} file", what,
+                                         kQuantizedPlanFormatVersion, version));
+}
+
+Precision precision_from(const std::string& name, uint32_t version, const std::string& where) {
+  const Precision p = value_or_throw(parse_precision(name));
+  if (is_quantized(p)) require_quantized_version(version, where + " has precision " + name);
+  return p;
+}
+
+DataType dtype_from(const std::string& name, uint32_t version, const std::string& where) {
+  const DataType t = value_or_throw(parse_dtype(name));
+  if (is_quantized_dtype(t)) require_quantized_version(version, where + " has type " + name);
+  return t;
+}
+
 // Throws (nlohmann or std::runtime_error) on any missing or mistyped field; the caller turns it
-// into a Status.
-Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
+// into a Status. What a later format version added is read only from files of that version.
+Plan plan_from_header(const json& j, std::span<const std::byte> blob, uint32_t version) {
   Plan plan;
   plan.gpulab_version = j.at("gpulab_version").get<std::string>();
   const auto& t = j.at("target");
@@ -592,7 +696,7 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
   plan.target.cuda_runtime_version = t.at("cuda_runtime_version").get<int>();
   plan.target.cudnn_version = t.at("cudnn_version").get<int>();
   plan.target.cublaslt_version = t.at("cublaslt_version").get<int>();
-  plan.precision = value_or_throw(parse_precision(j.at("precision").get<std::string>()));
+  plan.precision = precision_from(j.at("precision").get<std::string>(), version, "the plan");
   plan.max_batch = j.at("max_batch").get<int64_t>();
   plan.input_name = j.at("input").at("name").get<std::string>();
   plan.input_channels = j.at("input").at("c").get<int64_t>();
@@ -608,7 +712,7 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
     v.w = jv.at("w").get<int64_t>();
     v.c = jv.at("c").get<int64_t>();
     v.c_valid = jv.at("c_valid").get<int64_t>();
-    v.dtype = value_or_throw(parse_dtype(jv.at("dtype").get<std::string>()));
+    v.dtype = dtype_from(jv.at("dtype").get<std::string>(), version, "value '" + v.name + "'");
     if (is_quantized_dtype(v.dtype)) v.scale = jv.at("scale").get<float>();
     plan.values.push_back(std::move(v));
   }
@@ -618,10 +722,10 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
     s.name = js.at("name").get<std::string>();
     s.inputs = js.at("inputs").get<std::vector<int>>();
     s.output = js.at("output").get<int>();
-    s.precision = value_or_throw(parse_precision(js.at("precision").get<std::string>()));
+    s.precision = precision_from(js.at("precision").get<std::string>(), version, "step '" + s.name + "'");
     s.weight = js.at("weight").get<int>();
     s.bias = js.at("bias").get<int>();
-    s.weight_scale = js.value("weight_scale", -1);  // version 4
+    if (version >= kQuantizedPlanFormatVersion) s.weight_scale = js.at("weight_scale").get<int>();
     s.tactic = js.at("tactic").get<std::string>();
     s.flops_per_image = js.at("flops_per_image").get<double>();
     s.activation = activation_from(js.at("activation").get<int>());
@@ -648,11 +752,25 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
                           sd.at("pad_left").get<int64_t>()};
     }
     if (s.kind == StepKind::kStem) s.fused_values = js.at("fused_values").get<std::vector<int>>();
-    if (s.kind == StepKind::kPointwise) {
+    if (is_view_step(s.kind)) {
+      for (const auto& jv : js.at("views")) {
+        TensorView v;
+        v.offset = jv.at("offset").get<int64_t>();
+        v.dims = jv.at("dims").get<std::vector<int64_t>>();
+        v.strides = jv.at("strides").get<std::vector<int64_t>>();
+        s.views.push_back(std::move(v));
+      }
+    }
+    if (s.kind == StepKind::kEltwise) s.eltwise = eltwise_op_from(js.at("eltwise").get<std::string>());
+    if (s.kind == StepKind::kLayerNorm) s.epsilon = js.at("epsilon").get<float>();
+    if (s.kind == StepKind::kMatMul || s.kind == StepKind::kAttention) s.scale = js.at("scale").get<float>();
+    if (s.kind == StepKind::kPointwise || s.kind == StepKind::kLinear) {
       const auto& pw = js.at("pointwise");
       s.pointwise = pointwise_fn_from(pw.at("fn").get<std::string>());
       s.alpha = pw.at("alpha").get<float>();
       s.beta = pw.at("beta").get<float>();
+      if (s.pointwise == PointwiseFn::kFakeQuantize)
+        require_quantized_version(version, "step '" + s.name + "' fake-quantizes");
       if (s.pointwise == PointwiseFn::kFakeQuantize && !(s.alpha > 0.0f))
         throw std::runtime_error("step '" + s.name + "' fake-quantizes with scale " +
                                  std::to_string(s.alpha));
@@ -676,7 +794,7 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob) {
   for (const auto& jw : j.at("weights")) {
     PlanWeight w;
     w.name = jw.at("name").get<std::string>();
-    w.dtype = value_or_throw(parse_dtype(jw.at("dtype").get<std::string>()));
+    w.dtype = dtype_from(jw.at("dtype").get<std::string>(), version, "weight '" + w.name + "'");
     w.shape = Shape(jw.at("shape").get<std::vector<int64_t>>());
     const auto offset = jw.at("offset").get<uint64_t>();
     const auto size = jw.at("bytes").get<uint64_t>();
@@ -755,7 +873,7 @@ Result<Plan> deserialize_plan(std::span<const std::byte> bytes) {
   try {
     const std::string_view header_text(reinterpret_cast<const char*>(bytes.data() + kFixed), header_size);
     const json header = json::parse(header_text);
-    plan = plan_from_header(header, bytes.subspan(blob_at, blob_size));
+    plan = plan_from_header(header, bytes.subspan(blob_at, blob_size), version);
   } catch (const std::exception& e) {
     return bad(std::string("header: ") + e.what());
   }

@@ -24,11 +24,14 @@
 // reading versions 1-2 would leave out; kMul and kPointwise steps, a kAdd or kMul whose second
 // input is one value per image and channel, and kConcat steps (their kind names are unknown
 // there).
-// Version 4 added (issue 34): INT8 and FP8 plans. A value stored as int8 or fp8e4m3 has a scale
+// Version 4 added (the transformer classifiers): kCopy, kLinear, kMatMul, kAttention, kLayerNorm
+// and kEltwise steps, which read and write their values through TensorViews (PlanStep::views), and
+// the pointwise functions gelu, gelu_tanh, tanh, erf, sqrt, exp, neg and identity.
+// Version 5 added (issue 34): INT8 and FP8 plans. A value stored as int8 or fp8e4m3 has a scale
 // (PlanValue::scale), a quantized kConv or kGemm step names its per-output-channel weight scales
-// (PlanStep::weight_scale), steps and casts may read and write those types, and the precisions
-// "int8" and "fp8" are new.
-// gpulab reads versions 1 to 4: an older file has none of what the later versions added.
+// (PlanStep::weight_scale), steps and casts may read and write those types, the precisions "int8"
+// and "fp8" and the pointwise function fake_quantize are new.
+// gpulab reads versions 1 to 5: an older file has none of what the later versions added.
 #pragma once
 
 #include <cstddef>
@@ -47,7 +50,7 @@
 
 namespace gpulab {
 
-inline constexpr uint32_t kPlanFormatVersion = 4;        // written
+inline constexpr uint32_t kPlanFormatVersion = 5;        // written
 inline constexpr uint32_t kOldestPlanFormatVersion = 1;  // still read
 inline constexpr char kPlanMagic[8] = {'G', 'P', 'U', 'L', 'A', 'B', 'P', 'L'};
 
@@ -92,16 +95,76 @@ enum class StepKind : uint8_t {
   // inputs {x1, x2, ...} of one pixel size and type; y holds their valid channels side by side
   // (ONNX Concat on axis 1: SqueezeNet's fire modules, GoogLeNet/Inception's branches)
   kConcat,
+  // The steps of the transformer classifiers (and ShuffleNet's channel shuffle). Each reads its
+  // inputs and writes its output through PlanStep::views (see TensorView), one per input and then
+  // the output's, so that transposes, slices and reshapes of the graph cost no step of their own.
+  // inputs {x} (or none: the source is PlanStep::weight, the same for every image); views {from,
+  // to}: y[to] = x[from], element by element over the views' dims (a layout change, a slice made
+  // dense, one input of a Concat along any axis: several kCopy steps may fill one value).
+  kCopy,
+  // inputs {x, [residual]}; views {x: [rows, K], residual: [rows, N], y: [rows, N]};
+  // y = pointwise(x W^T + b) + residual, W [N, K] and b [N] (cuBLASLt, epilogue bias or bias+GELU)
+  kLinear,
+  // inputs {a, b}; views {a: [B, M, K], b: [B, K, N], y: [B, M, N]}; y = scale * a b (batched GEMM)
+  kMatMul,
+  // inputs {q, k, v}; views {q: [B, H, T, D], k: [B, H, S, D], v: [B, H, S, Dv], y: [B, H, T, Dv],
+  // and when PlanStep::weight >= 0 the bias's: [B, H, T, S] over the weight, 0 strides where it
+  // broadcasts}; y = softmax(scale q k^T + bias) v (cuDNN's fused SDPA or gpulab's kernel)
+  kAttention,
+  // inputs {x}; views {x: [rows, C], y: [rows, C]}; y = (x - mean) / sqrt(var + epsilon) * W + b over
+  // each row, W and b [C] float32 weights
+  kLayerNorm,
+  // inputs {a, [b]} (b may instead be PlanStep::weight, the same for every image); views {a, b, y},
+  // b's with 0 strides where it broadcasts; y = a (op) b, PlanStep::eltwise
+  kEltwise,
 };
 std::string_view step_kind_name(StepKind kind);  // "input", "conv", ...
 
 // The functions of a kPointwise step (ONNX's definitions): sigmoid 1 / (1 + e^-x); hard sigmoid
-// max(0, min(1, alpha x + beta)); hard swish x * max(0, min(1, x / 6 + 1/2)).
-// fake quantize (a Q/DQ pair fold_qdq kept, per tensor; version 4): core/quant.h's fake_quantize
+// max(0, min(1, alpha x + beta)); hard swish x * max(0, min(1, x / 6 + 1/2)); gelu x/2 (1 +
+// erf(x / sqrt 2)); gelu_tanh x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); tanh, erf, sqrt, exp,
+// neg; identity (a kLinear step without activation).
+// fake quantize (a Q/DQ pair fold_qdq kept, per tensor; version 5): core/quant.h's fake_quantize
 // with scale alpha, zero point beta and range [clip_min, clip_max].
-enum class PointwiseFn : uint8_t { kSigmoid, kHardSigmoid, kHardSwish, kFakeQuantize };
-// "sigmoid", "hard_sigmoid", "hard_swish", "fake_quantize"
-std::string_view pointwise_fn_name(PointwiseFn fn);
+enum class PointwiseFn : uint8_t {
+  kSigmoid,
+  kHardSigmoid,
+  kHardSwish,
+  kGelu,
+  kGeluTanh,
+  kTanh,
+  kErf,
+  kSqrt,
+  kExp,
+  kNeg,
+  kIdentity,
+  kFakeQuantize,
+};
+std::string_view pointwise_fn_name(PointwiseFn fn);  // "sigmoid", "hard_sigmoid", "hard_swish", ...
+// The function at x, computed in double (the interpreter's and the reference's definition);
+// kFakeQuantize in float, step for step as core/quant.h's fake_quantize (scale alpha, zero point
+// beta, range [clip_min, clip_max]).
+double apply_pointwise(PointwiseFn fn, double x, float alpha = 0.2f, float beta = 0.5f,
+                       float clip_min = -128.0f, float clip_max = 127.0f);
+
+// The binary operations of a kEltwise step.
+enum class EltwiseOp : uint8_t { kAdd, kSub, kMul, kDiv };
+std::string_view eltwise_op_name(EltwiseOp op);  // "add", "sub", "mul", "div"
+
+// How a step reads or writes a value, per image, in elements of the value's type: element
+// (i0, i1, ...) of the view is element offset + i0 * strides[0] + i1 * strides[1] + ... of the
+// image's part of the value (images lie one after another, each bytes_per_image long), or of the
+// weight for a view over a weight. At most kMaxViewRank dims; strides >= 0 (0: broadcast).
+struct TensorView {
+  int64_t offset = 0;
+  std::vector<int64_t> dims;
+  std::vector<int64_t> strides;
+  int64_t numel() const;
+  friend bool operator==(const TensorView&, const TensorView&) = default;
+};
+inline constexpr size_t kMaxViewRank = 8;
+// The dense row-major view of `dims`.
+TensorView contiguous_view(std::vector<int64_t> dims);
 
 // An activation buffer: NHWC, per image. `c` includes zero padding; `c_valid` carry data.
 // An int8 or fp8e4m3 value holds quantized numbers q; the real value is scale * q (src/core/quant.h).
@@ -150,6 +213,12 @@ struct PlanStep {
   // kStem: the space-to-depth image and the convolution output of the steps it replaced. Their
   // shapes define the stem; they are never stored (no memory is planned for them).
   std::vector<int> fused_values;
+  // kCopy, kLinear, kMatMul, kAttention, kLayerNorm, kEltwise: how each input and the output are
+  // read and written (the step kinds above say which view is which).
+  std::vector<TensorView> views;
+  EltwiseOp eltwise = EltwiseOp::kAdd;  // kEltwise
+  float epsilon = 1e-5f;                // kLayerNorm
+  float scale = 1.0f;                   // kMatMul, kAttention
 };
 
 struct PlanWeight {
@@ -188,6 +257,13 @@ Status check_precision_supported(const Plan& plan, const PlanTarget& target);
 
 // int8 or fp8e4m3: a value with a scale.
 bool is_quantized_dtype(DataType dtype);
+
+// True for the step kinds that read and write through PlanStep::views (kCopy ... kEltwise).
+bool is_view_step(StepKind kind);
+// Plan::validate's checks of step `index`, one of those: its input count, its views (count, rank,
+// dims that fit one another as the kind needs, every element inside its value or weight) and its
+// weights' shapes. kInvalidFile naming the step.
+Status validate_view_step(const Plan& plan, size_t index);
 
 // True when a kAdd or kMul step's second input is [1, 1, C] per image, broadcast over the other
 // input's pixels; false when both inputs have one shape.

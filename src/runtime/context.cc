@@ -81,6 +81,32 @@ void ContextImpl::prepare_conv(size_t i, int64_t batch, BatchState& state, int64
   }
 }
 
+Status ContextImpl::prepare_view_step(size_t i, int64_t batch, BatchState& state, int64_t& need_ws) {
+  const Plan& plan = engine_->plan();
+  const PlanStep& step = plan.steps[i];
+  if (step.kind == StepKind::kAttention) {
+    auto launch = sdpa_launch(plan, step, batch);
+    if (launch.is_ok()) {
+      auto sdpa = cuda::CudnnSdpa::create(libs_.cudnn(), launch->problem);
+      if (sdpa.is_ok()) {
+        need_ws = std::max(need_ws, (*sdpa)->workspace_bytes());
+        state.sdpas[i] = std::move(sdpa).value();
+        state.sdpa_launches[i] = *launch;
+        return Status::ok();
+      }
+      launch = sdpa.status();
+    }
+    log_info("context: {} at batch {}: {}; using gpulab's attention kernel", step.name, batch,
+             launch.status().message());
+    return Status::ok();
+  }
+  GPULAB_ASSIGN_OR_RETURN(state.matmul_launches[i], matmul_launch(plan, step, batch));
+  GPULAB_ASSIGN_OR_RETURN(
+      state.matmuls[i],
+      cuda::CublasLtMatmul::create(libs_.cublaslt(), state.matmul_launches[i].problem, kGemmWorkspaceBytes));
+  return Status::ok();
+}
+
 Status ContextImpl::prepare(int64_t batch, BatchState** out) {
   const Plan& plan = engine_->plan();
   if (batch < 1 || batch > plan.max_batch)
@@ -98,6 +124,10 @@ Status ContextImpl::prepare(int64_t batch, BatchState** out) {
   state.chunks.assign(plan.steps.size(), 0);
   state.tails.resize(plan.steps.size());
   state.gemms.resize(plan.steps.size());
+  state.matmuls.resize(plan.steps.size());
+  state.matmul_launches.resize(plan.steps.size());
+  state.sdpas.resize(plan.steps.size());
+  state.sdpa_launches.resize(plan.steps.size());
   int64_t need_ws = kGemmWorkspaceBytes;
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& step = plan.steps[i];
@@ -107,6 +137,9 @@ Status ContextImpl::prepare(int64_t batch, BatchState** out) {
       GPULAB_ASSIGN_OR_RETURN(
           state.gemms[i],
           cuda::CublasLtGemm::create(libs_.cublaslt(), gemm_problem(plan, step, batch), kGemmWorkspaceBytes));
+    } else if (step.kind == StepKind::kLinear || step.kind == StepKind::kMatMul ||
+               step.kind == StepKind::kAttention) {
+      GPULAB_TRY(prepare_view_step(i, batch, state, need_ws));
     }
   }
   if (need_ws > static_cast<int64_t>(workspace_.bytes())) {

@@ -9,6 +9,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "runtime/engine_internal.h"
 #include "runtime/step_launch.h"
+#include "runtime/view_steps.h"
 
 namespace gpulab {
 
@@ -45,6 +46,18 @@ Status ContextImpl::launch_step(size_t i, int64_t batch, const BatchState& state
     case StepKind::kConcat: return enqueue_concat(l);
     case StepKind::kCast: return enqueue_cast(l);
     case StepKind::kOutput: return enqueue_output(l, logits);
+    case StepKind::kCopy: return enqueue_copy(l);
+    case StepKind::kEltwise: return enqueue_eltwise(l);
+    case StepKind::kLayerNorm: return enqueue_layer_norm(l);
+    case StepKind::kLinear:
+    case StepKind::kMatMul:
+      return enqueue_matmul(l, {.matmul = state.matmuls[i].get(),
+                                .launch = state.matmul_launches[i],
+                                .handle = libs_.cublaslt(),
+                                .workspace_bytes = kGemmWorkspaceBytes});
+    case StepKind::kAttention:
+      return enqueue_attention(
+          l, {.sdpa = state.sdpas[i].get(), .launch = state.sdpa_launches[i], .handle = libs_.cudnn()});
   }
   return Status::internal(
       fmt::format("step {} '{}': unknown step kind {}", i, step.name, static_cast<int>(step.kind)));

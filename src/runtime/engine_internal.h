@@ -20,6 +20,7 @@
 #include "gpulab/engine.h"
 #include "plan/memory_plan.h"
 #include "plan/plan.h"
+#include "runtime/view_steps.h"
 
 namespace gpulab {
 
@@ -75,6 +76,11 @@ class ContextImpl final : public ExecutionContext {
     std::vector<int64_t> chunks;
     std::vector<std::unique_ptr<cuda::CudnnConv>> tails;
     std::vector<std::unique_ptr<cuda::CublasLtGemm>> gemms;  // per step
+    // kLinear, kMatMul and kAttention steps (view_steps.h): the library objects and how to launch them.
+    std::vector<std::unique_ptr<cuda::CublasLtMatmul>> matmuls;
+    std::vector<MatmulLaunch> matmul_launches;
+    std::vector<std::unique_ptr<cuda::CudnnSdpa>> sdpas;  // null: gpulab's attention kernel
+    std::vector<SdpaLaunch> sdpa_launches;
     cudaGraphExec_t exec = nullptr;
     const float* graph_input = nullptr;
     float* graph_logits = nullptr;
@@ -84,6 +90,9 @@ class ContextImpl final : public ExecutionContext {
   Status prepare(int64_t batch, BatchState** out);
   // The cuDNN plans of conv step `i` at `batch` into `state`; raises `need_ws` to their workspace.
   void prepare_conv(size_t i, int64_t batch, BatchState& state, int64_t& need_ws);
+  // The cuBLASLt matmul of a kLinear/kMatMul step, or the cuDNN SDPA of a kAttention step (when
+  // cuDNN takes it), at `batch` into `state`; raises `need_ws`.
+  Status prepare_view_step(size_t i, int64_t batch, BatchState& state, int64_t& need_ws);
   // Queues every step; `step_events` (when not null) gets an event recorded after each step.
   Status run_steps(int64_t batch, BatchState& state, const float* input, float* logits, cudaStream_t stream,
                    const std::vector<cudaEvent_t>* step_events);

@@ -102,6 +102,24 @@ Status enqueue_binary(const StepLaunch& l) {
                                 l.stream);
 }
 
+Result<kernels::UnaryOp> unary_op_of(PointwiseFn fn) {
+  switch (fn) {
+    case PointwiseFn::kSigmoid: return kernels::UnaryOp::kSigmoid;
+    case PointwiseFn::kHardSigmoid: return kernels::UnaryOp::kHardSigmoid;
+    case PointwiseFn::kHardSwish: return kernels::UnaryOp::kHardSwish;
+    case PointwiseFn::kGelu: return kernels::UnaryOp::kGelu;
+    case PointwiseFn::kGeluTanh: return kernels::UnaryOp::kGeluTanh;
+    case PointwiseFn::kTanh: return kernels::UnaryOp::kTanh;
+    case PointwiseFn::kErf: return kernels::UnaryOp::kErf;
+    case PointwiseFn::kSqrt: return kernels::UnaryOp::kSqrt;
+    case PointwiseFn::kExp: return kernels::UnaryOp::kExp;
+    case PointwiseFn::kNeg: return kernels::UnaryOp::kNeg;
+    case PointwiseFn::kFakeQuantize: return kernels::UnaryOp::kFakeQuantize;
+    case PointwiseFn::kIdentity: break;
+  }
+  return Status::internal("a pointwise step with no function (identity)");
+}
+
 Status enqueue_unary(const StepLaunch& l) {
   const PlanStep& step = l.step;
   const PlanValue& y = l.plan.values[step.output];
@@ -109,10 +127,7 @@ Status enqueue_unary(const StepLaunch& l) {
   if (step.kind == StepKind::kActivation) {
     d.op = step.activation == Activation::kClip ? kernels::UnaryOp::kClip : kernels::UnaryOp::kRelu;
   } else {
-    d.op = step.pointwise == PointwiseFn::kSigmoid       ? kernels::UnaryOp::kSigmoid
-           : step.pointwise == PointwiseFn::kHardSigmoid ? kernels::UnaryOp::kHardSigmoid
-           : step.pointwise == PointwiseFn::kHardSwish   ? kernels::UnaryOp::kHardSwish
-                                                         : kernels::UnaryOp::kFakeQuantize;
+    GPULAB_ASSIGN_OR_RETURN(d.op, unary_op_of(step.pointwise));
   }
   d.count = l.batch * y.h * y.w * y.c;
   d.alpha = step.alpha;

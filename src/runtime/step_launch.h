@@ -57,6 +57,8 @@ Status enqueue_global_avg_pool(const StepLaunch& l);
 Status enqueue_binary(const StepLaunch& l);
 // kActivation and kPointwise.
 Status enqueue_unary(const StepLaunch& l);
+// The elementwise kernel of a pointwise function (kIdentity has none).
+Result<kernels::UnaryOp> unary_op_of(PointwiseFn fn);
 Status enqueue_concat(const StepLaunch& l);
 // kCast between float32 and the plan's storage type (one side is float32).
 Status enqueue_cast(const StepLaunch& l);

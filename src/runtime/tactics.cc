@@ -521,8 +521,13 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   for (auto& step : plan.steps) {
     if ((step.kind == StepKind::kGemm || step.kind == StepKind::kConv) && is_quantized(step.precision)) {
       step.tactic = std::string(kQ8DirectTactic);
-    } else if (step.kind == StepKind::kGemm) {
+    } else if (step.kind == StepKind::kGemm || step.kind == StepKind::kLinear ||
+               step.kind == StepKind::kMatMul) {
       step.tactic = "cublaslt";
+    } else if (step.kind == StepKind::kAttention) {
+      // cuDNN's fused SDPA where a context can build it at its batch size (FP16/BF16), else gpulab's
+      // attention kernel (view_steps.h); decided per batch size, not timed.
+      step.tactic = "cudnn-sdpa-or-kernel";
     } else if (step.kind == StepKind::kStem) {
       step.tactic = std::string(kFusedStemTactic);
     } else if (step.kind == StepKind::kConv) {

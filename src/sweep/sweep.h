@@ -322,7 +322,8 @@ Result<std::vector<LabelledImage>> load_gate_images(const std::filesystem::path&
 
 inline constexpr int kSweepSchemaVersion = 1;
 nlohmann::json to_json(const SweepResult& result);
-// Reads a sweep JSON written by to_json (for --resume). kInvalidFile naming what is wrong.
+// Reads a sweep JSON written by to_json (for --resume and gpulab report), environment and
+// recommendations included. kInvalidFile naming the field that is wrong; never throws.
 Result<SweepResult> sweep_from_json(const nlohmann::json& doc);
 Result<SweepResult> read_sweep_json(const std::filesystem::path& path);
 // Crash-safe (temporary file, then rename).

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/file_io.h"
+#include "core/json_reader.h"
 #include "sweep/sweep.h"
 
 namespace gpulab::sweep {
@@ -21,49 +22,6 @@ json opt(const std::optional<T>& v) {
 json str_or_null(const std::string& s) {
   return s.empty() ? json(nullptr) : json(s);
 }
-
-// ---- Reading helpers: every problem becomes kInvalidFile naming the field --------------------------
-
-struct Reader {
-  const json& doc;
-  std::string where;
-
-  Status bad(std::string_view key, std::string_view what) const {
-    return Status::invalid_file(fmt::format("{}.{}: {}", where, key, what));
-  }
-  Result<double> number(const char* key) const {
-    if (!doc.contains(key) || !doc[key].is_number()) return bad(key, "missing or not a number");
-    return doc[key].get<double>();
-  }
-  Result<int64_t> integer(const char* key) const {
-    if (!doc.contains(key) || !doc[key].is_number_integer()) return bad(key, "missing or not an integer");
-    return doc[key].get<int64_t>();
-  }
-  Result<std::string> text(const char* key) const {
-    if (!doc.contains(key) || !doc[key].is_string()) return bad(key, "missing or not a string");
-    return doc[key].get<std::string>();
-  }
-  template <typename T>
-  Result<std::optional<T>> optional(const char* key) const {
-    if (!doc.contains(key) || doc[key].is_null()) return std::optional<T>();
-    if constexpr (std::is_same_v<T, std::string>) {
-      if (!doc[key].is_string()) return bad(key, "not a string");
-    } else if constexpr (std::is_integral_v<T>) {
-      if (!doc[key].is_number_integer()) return bad(key, "not an integer");
-    } else {
-      if (!doc[key].is_number()) return bad(key, "not a number");
-    }
-    return std::optional<T>(doc[key].get<T>());
-  }
-  Result<const json*> object(const char* key) const {
-    if (!doc.contains(key) || !doc[key].is_object()) return bad(key, "missing or not an object");
-    return &doc[key];
-  }
-  Result<const json*> array(const char* key) const {
-    if (!doc.contains(key) || !doc[key].is_array()) return bad(key, "missing or not an array");
-    return &doc[key];
-  }
-};
 
 Result<StatusCode> status_code_of(const std::string& name, const std::string& where) {
   for (int c = static_cast<int>(StatusCode::kOk); c <= static_cast<int>(StatusCode::kInternal); ++c) {
@@ -108,7 +66,7 @@ json telemetry_json(const PointTelemetry& t) {
 }
 
 Result<PointTelemetry> telemetry_from_json(const json& j, const std::string& where) {
-  const Reader r{j, where};
+  const JsonReader r{j, where};
   PointTelemetry t;
   GPULAB_ASSIGN_OR_RETURN(t.samples, r.integer("samples"));
   for (const auto& [key, field] : {std::pair{"power_mean_w", &t.power_mean_w},
@@ -159,7 +117,7 @@ json rates_json(const PointRates& r) {
 }
 
 Result<PointRates> rates_from_json(const json& j, const std::string& where) {
-  const Reader r{j, where};
+  const JsonReader r{j, where};
   PointRates out;
   for (const auto& [key, field] : {std::pair{"achieved_tflops", &out.achieved_tflops},
                                    {"compute_share", &out.compute_share},
@@ -187,7 +145,7 @@ json plan_json(const PlanFacts& p) {
 }
 
 Result<PlanFacts> plan_from_json(const json& j, const std::string& where) {
-  const Reader r{j, where};
+  const JsonReader r{j, where};
   PlanFacts p;
   GPULAB_ASSIGN_OR_RETURN(p.flops_per_image, r.number("flops_per_image"));
   GPULAB_ASSIGN_OR_RETURN(p.bytes_per_image, r.number("bytes_per_image"));
@@ -212,7 +170,7 @@ Result<std::vector<Verdict>> verdicts_from_json(const json& list, const std::str
   std::vector<Verdict> out;
   for (size_t i = 0; i < list.size(); ++i) {
     const json& v = list[i];
-    const Reader vr{v, fmt::format("{}.verdicts[{}]", where, i)};
+    const JsonReader vr{v, fmt::format("{}.verdicts[{}]", where, i)};
     if (!v.is_object()) return vr.bad("", "not an object");
     GPULAB_ASSIGN_OR_RETURN(const std::string kind, vr.text("kind"));
     auto parsed = parse_verdict_name(kind);
@@ -247,7 +205,7 @@ Result<std::vector<GpuShare>> per_gpu_from_json(const json& list, const std::str
   std::vector<GpuShare> out;
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string at = fmt::format("{}.per_gpu[{}]", where, i);
-    const Reader r{list[i], at};
+    const JsonReader r{list[i], at};
     if (!list[i].is_object()) return r.bad("", "not an object");
     GpuShare g;
     GPULAB_ASSIGN_OR_RETURN(const int64_t device, r.integer("device"));
@@ -304,7 +262,7 @@ json point_json(const SweepPoint& p) {
 
 Result<SweepPoint> point_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) return Status::invalid_file(fmt::format("{}: not an object", where));
-  const Reader r{j, where};
+  const JsonReader r{j, where};
   SweepPoint p;
   if (!j.contains("precision")) return r.bad("precision", "missing");
   GPULAB_ASSIGN_OR_RETURN(p.precision, precision_of(j["precision"], where + ".precision"));
@@ -349,7 +307,7 @@ Result<SweepPoint> point_from_json(const json& j, const std::string& where) {
   GPULAB_ASSIGN_OR_RETURN(b.wall_s, r.number("wall_s"));
   GPULAB_ASSIGN_OR_RETURN(b.throughput_ips, r.number("throughput_ips"));
   GPULAB_ASSIGN_OR_RETURN(const json* metrics, r.object("metrics"));
-  const Reader m{*metrics, where + ".metrics"};
+  const JsonReader m{*metrics, where + ".metrics"};
   for (const auto& [key, field] : {std::pair{"gpu_compute_ms", &b.gpu_compute_ms},
                                    {"latency_ms", &b.latency_ms},
                                    {"enqueue_ms", &b.enqueue_ms}}) {
@@ -394,7 +352,7 @@ json accuracy_json(const AgreementResult& a) {
 
 Result<AgreementResult> accuracy_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) return Status::invalid_file(fmt::format("{}: not an object", where));
-  const Reader r{j, where};
+  const JsonReader r{j, where};
   AgreementResult a;
   GPULAB_ASSIGN_OR_RETURN(a.images, r.integer("images"));
   GPULAB_ASSIGN_OR_RETURN(a.agreement, r.number("agreement"));
@@ -430,7 +388,7 @@ json options_json(const SweepOptions& o) {
 }
 
 Result<SweepOptions> options_from_json(const json& j) {
-  const Reader r{j, "options"};
+  const JsonReader r{j, "options"};
   SweepOptions o;
   GPULAB_ASSIGN_OR_RETURN(const json* precisions, r.array("precisions"));
   o.precisions.clear();
@@ -514,6 +472,72 @@ json recommendation_json(const PrecisionRecommendation& r) {
           {"excluded", str_or_null(r.excluded)}};
 }
 
+// Every field is optional: the report shows what a result recorded, "unknown" for the rest.
+Result<SweepEnvironment> environment_from_json(const json& j) {
+  const JsonReader r{j, "environment"};
+  SweepEnvironment e;
+  for (const auto& [key, field] : {std::pair{"gpu_name", &e.gpu_name},
+                                   {"driver_version", &e.driver_version},
+                                   {"gpulab_version", &e.gpulab_version},
+                                   {"gpulab_commit", &e.gpulab_commit},
+                                   {"command_line", &e.command_line},
+                                   {"started_at", &e.started_at}}) {
+    GPULAB_ASSIGN_OR_RETURN(auto value, r.optional<std::string>(key));
+    *field = value.value_or("");
+  }
+  for (const auto& [key, field] : {std::pair{"compute_capability", &e.compute_capability},
+                                   {"cuda_driver_version", &e.cuda_driver_version},
+                                   {"cuda_runtime_version", &e.cuda_runtime_version},
+                                   {"cudnn_version", &e.cudnn_version},
+                                   {"cublas_version", &e.cublas_version},
+                                   {"pcie_gen", &e.pcie_gen},
+                                   {"pcie_gen_max", &e.pcie_gen_max},
+                                   {"pcie_width", &e.pcie_width},
+                                   {"pcie_width_max", &e.pcie_width_max}}) {
+    GPULAB_ASSIGN_OR_RETURN(*field, r.optional<int>(key));
+  }
+  for (const auto& [key, field] : {std::pair{"power_limit_w", &e.power_limit_w},
+                                   {"power_default_limit_w", &e.power_default_limit_w},
+                                   {"sm_clock_mhz", &e.sm_clock_mhz},
+                                   {"sm_clock_max_mhz", &e.sm_clock_max_mhz},
+                                   {"memory_clock_mhz", &e.memory_clock_mhz}}) {
+    GPULAB_ASSIGN_OR_RETURN(*field, r.optional<double>(key));
+  }
+  return e;
+}
+
+Result<PrecisionRecommendation> recommendation_from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) return Status::invalid_file(fmt::format("{}: not an object", where));
+  const JsonReader r{j, where};
+  PrecisionRecommendation out;
+  if (!j.contains("precision")) return r.bad("precision", "missing");
+  GPULAB_ASSIGN_OR_RETURN(out.precision, precision_of(j["precision"], where + ".precision"));
+  GPULAB_ASSIGN_OR_RETURN(out.power_limit_w, r.optional<double>("power_limit_w"));
+  for (const auto& [key, field] : {std::pair{"largest_fitting_batch", &out.largest_fitting_batch},
+                                   {"first_oom_batch", &out.first_oom_batch},
+                                   {"best_batch", &out.best_batch},
+                                   {"knee_batch", &out.knee_batch}}) {
+    GPULAB_ASSIGN_OR_RETURN(*field, r.optional<int64_t>(key));
+  }
+  for (const auto& [key, field] : {std::pair{"best_throughput_ips", &out.best_throughput_ips},
+                                   {"knee_throughput_ips", &out.knee_throughput_ips},
+                                   {"best_p99_ms", &out.best_p99_ms}}) {
+    GPULAB_ASSIGN_OR_RETURN(*field, r.optional<double>(key));
+  }
+  GPULAB_ASSIGN_OR_RETURN(out.accuracy_passed, r.optional<bool>("accuracy_passed"));
+  GPULAB_ASSIGN_OR_RETURN(const json* accuracy, r.optional_object("accuracy"));
+  if (accuracy) {
+    GPULAB_ASSIGN_OR_RETURN(out.accuracy, accuracy_from_json(*accuracy, where + ".accuracy"));
+  }
+  GPULAB_ASSIGN_OR_RETURN(auto excluded, r.optional<std::string>("excluded"));
+  out.excluded = excluded.value_or("");
+  if (out.excluded.empty() && (!out.best_batch || !out.best_throughput_ips || !out.best_p99_ms ||
+                               !out.knee_batch || !out.knee_throughput_ips)) {
+    return r.bad("best_batch", "a recommendation without \"excluded\" needs its best and knee batch");
+  }
+  return out;
+}
+
 }  // namespace
 
 json to_json(const SweepResult& s) {
@@ -547,27 +571,34 @@ json to_json(const SweepResult& s) {
 
 Result<SweepResult> sweep_from_json(const json& doc) {
   if (!doc.is_object()) return Status::invalid_file("not a JSON object");
-  if (doc.value("schema", "") != "gpulab.sweep") {
+  if (json_string_or(doc, "schema", "") != "gpulab.sweep") {
     return Status::invalid_file("not a gpulab sweep result (its \"schema\" is not \"gpulab.sweep\")");
   }
-  if (doc.value("schema_version", 0) != kSweepSchemaVersion) {
+  const JsonReader r{doc, "sweep"};
+  GPULAB_ASSIGN_OR_RETURN(const auto version, r.optional<int64_t>("schema_version"));
+  if (version.value_or(0) != kSweepSchemaVersion) {
     return Status::invalid_file(fmt::format("schema_version {} is not the {} this gpulab reads",
-                                            doc.value("schema_version", 0), kSweepSchemaVersion));
+                                            version.value_or(0), kSweepSchemaVersion));
   }
-  const Reader r{doc, "sweep"};
   SweepResult s;
   GPULAB_ASSIGN_OR_RETURN(s.state, r.text("state"));
+  GPULAB_ASSIGN_OR_RETURN(auto error, r.optional<std::string>("error"));
+  s.error = error.value_or("");
   GPULAB_ASSIGN_OR_RETURN(s.model, r.text("model"));
   GPULAB_ASSIGN_OR_RETURN(s.model_hash, r.text("model_hash"));
   GPULAB_ASSIGN_OR_RETURN(s.seconds, r.number("seconds"));
   GPULAB_ASSIGN_OR_RETURN(const json* target, r.object("target"));
-  s.target.kind = target->value("kind", "");
-  s.target.description = target->value("description", "");
+  s.target.kind = json_string_or(*target, "kind", "");
+  s.target.description = json_string_or(*target, "description", "");
+  GPULAB_ASSIGN_OR_RETURN(const json* environment, r.optional_object("environment"));
+  if (environment) {
+    GPULAB_ASSIGN_OR_RETURN(s.environment, environment_from_json(*environment));
+  }
   GPULAB_ASSIGN_OR_RETURN(const json* options, r.object("options"));
   GPULAB_ASSIGN_OR_RETURN(s.options, options_from_json(*options));
   GPULAB_ASSIGN_OR_RETURN(const json* ceilings, r.object("ceilings"));
   for (const auto& [name, c] : ceilings->items()) {
-    const Reader cr{c, "ceilings." + name};
+    const JsonReader cr{c, "ceilings." + name};
     if (!c.is_object()) return cr.bad("", "not an object");
     measure::Ceilings out;
     GPULAB_ASSIGN_OR_RETURN(out.tflops, cr.number("tflops"));
@@ -584,6 +615,15 @@ Result<SweepResult> sweep_from_json(const json& doc) {
   for (size_t i = 0; i < points->size(); ++i) {
     GPULAB_ASSIGN_OR_RETURN(SweepPoint p, point_from_json((*points)[i], fmt::format("points[{}]", i)));
     s.points.push_back(std::move(p));
+  }
+  if (doc.contains("recommendations") && !doc["recommendations"].is_null()) {
+    GPULAB_ASSIGN_OR_RETURN(const json* recommendations, r.array("recommendations"));
+    for (size_t i = 0; i < recommendations->size(); ++i) {
+      GPULAB_ASSIGN_OR_RETURN(
+          PrecisionRecommendation rec,
+          recommendation_from_json((*recommendations)[i], fmt::format("recommendations[{}]", i)));
+      s.recommendations.push_back(std::move(rec));
+    }
   }
   return s;
 }

@@ -61,5 +61,6 @@ void add_version_command(CLI::App& app);
 
 // What `gpulab --version` prints: version, commit, and the libraries built with and found.
 std::string version_text();
+void add_report_command(CLI::App& app);
 
 }  // namespace gpulab::cli

@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
   cli::add_monitor_command(app);
   cli::add_bandwidth_command(app);
 #endif
+#ifdef GPULAB_HAVE_REPORT
+  cli::add_report_command(app);
+#endif
 
   try {
     app.parse(argc, argv);

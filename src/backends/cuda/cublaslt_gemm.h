@@ -2,7 +2,8 @@
 //   y[n, out] = x[n, in] . W[out, in]^T + bias[out]       (row-major, storage dtype)
 // FP32 compute (CUBLAS_COMPUTE_32F; TF32 only for Precision::kTf32). The algorithm is the
 // heuristic's first choice for the batch size, found in create() (may allocate); launch() never
-// allocates or synchronizes.
+// allocates or synchronizes. The special case of CublasLtMatmul (cublaslt_matmul.h) that the plan's
+// kGemm steps use.
 #pragma once
 
 #include <cublasLt.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "backends/cuda/cublaslt_matmul.h"
 #include "gpulab/engine.h"
 #include "gpulab/status.h"
 
@@ -27,7 +29,7 @@ struct GemmProblem {
 
 class CublasLtGemm {
  public:
-  ~CublasLtGemm();
+  ~CublasLtGemm() = default;
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
@@ -36,15 +38,11 @@ class CublasLtGemm {
                                                       int64_t max_workspace_bytes);
   Status launch(cublasLtHandle_t handle, const void* x, const void* weight, const void* bias, void* y,
                 void* workspace, int64_t workspace_bytes, cudaStream_t stream) const;
-  int64_t workspace_bytes() const { return workspace_bytes_; }
+  int64_t workspace_bytes() const { return matmul_->workspace_bytes(); }
 
  private:
-  CublasLtGemm() = default;
-  GemmProblem problem_;
-  cublasLtMatmulDesc_t op_ = nullptr;
-  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
-  cublasLtMatmulAlgo_t algo_{};
-  int64_t workspace_bytes_ = 0;
+  explicit CublasLtGemm(std::unique_ptr<CublasLtMatmul> matmul) : matmul_(std::move(matmul)) {}
+  std::unique_ptr<CublasLtMatmul> matmul_;
 };
 
 }  // namespace gpulab::cuda

@@ -1,8 +1,9 @@
-// Reference element-wise ops: Relu, Clip, Sigmoid, HardSigmoid, HardSwish, Add and Mul (numpy
+// Reference element-wise ops: Relu, Clip, Sigmoid, HardSigmoid, HardSwish, the binary ops (numpy
 // broadcasting, float32 or int64), BatchNormalization (inference form) and Softmax (opset-13
 // form: one axis). Every value is computed in double and rounded to float32 when stored.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 
@@ -112,38 +113,103 @@ Status run_unary(const Node& node, Inputs inputs, Outputs& outputs, const Refere
   return Status::ok();
 }
 
+namespace {
+
+// The function of a binary op on two doubles (float32 data) or two int64s.
+Result<double> float_op(const Node& node, double p, double q) {
+  switch (node.op) {
+    case OpType::kAdd: return p + q;
+    case OpType::kSub: return p - q;
+    case OpType::kMul: return p * q;
+    case OpType::kDiv: return p / q;
+    case OpType::kPow: return std::pow(p, q);
+    case OpType::kMax: return std::isnan(p) || std::isnan(q) ? std::nan("") : std::max(p, q);
+    case OpType::kMin: return std::isnan(p) || std::isnan(q) ? std::nan("") : std::min(p, q);
+    case OpType::kMod: {
+      const double r = std::fmod(p, q);
+      if (std::get<ModAttrs>(node.attrs).fmod || r == 0 || (r < 0) == (q < 0)) return r;
+      return r + q;  // Python's %: the sign of the divisor
+    }
+    default: return Status::internal(where(node) + ": not a binary op.");
+  }
+}
+
+Result<int64_t> int_op(const Node& node, int64_t p, int64_t q) {
+  switch (node.op) {
+    case OpType::kAdd: return p + q;
+    case OpType::kSub: return p - q;
+    case OpType::kMul: return p * q;
+    case OpType::kMax: return std::max(p, q);
+    case OpType::kMin: return std::min(p, q);
+    case OpType::kPow: return static_cast<int64_t>(std::pow(static_cast<double>(p), static_cast<double>(q)));
+    case OpType::kDiv:
+    case OpType::kMod: {
+      if (q == 0) return Status::invalid_argument(where(node) + ": integer division by zero.");
+      if (node.op == OpType::kDiv) return p / q;  // ONNX: truncates
+      const int64_t r = p % q;
+      if (std::get<ModAttrs>(node.attrs).fmod || r == 0 || (r < 0) == (q < 0)) return r;
+      return r + q;
+    }
+    default: return Status::internal(where(node) + ": not a binary op.");
+  }
+}
+
+}  // namespace
+
+// Add, Sub, Mul, Div, Pow, Mod, Max, Min and Equal with numpy broadcasting: float32 (computed in
+// double, rounded once), int64 (shape arithmetic; Div truncates as ONNX says) and, for Equal, bool.
 Status run_binary(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions&) {
   GPULAB_TRY(check_input_count(node, inputs, 2));
+  if (node.op == OpType::kMod && !std::holds_alternative<ModAttrs>(node.attrs))
+    return Status::invalid_model(where(node) + ": ModAttrs are missing.");
   const Tensor& a = *inputs[0];
   const Tensor& b = *inputs[1];
-  if (a.dtype() != b.dtype() || (a.dtype() != DataType::kFloat32 && a.dtype() != DataType::kInt64)) {
+  const bool equal = node.op == OpType::kEqual;
+  const bool types_ok = a.dtype() == DataType::kFloat32 || a.dtype() == DataType::kInt64 ||
+                        (equal && a.dtype() == DataType::kBool);
+  if (a.dtype() != b.dtype() || !types_ok) {
     return Status::unsupported(where(node) + ": inputs are " + std::string(dtype_name(a.dtype())) + " and " +
                                std::string(dtype_name(b.dtype())) +
-                               "; the reference backend needs both float32 or both int64.");
+                               "; the reference backend needs both float32 or both int64" +
+                               (equal ? " (or bool)." : "."));
   }
-  const size_t rank = std::max(a.shape().rank(), b.shape().rank());
-  std::vector<int64_t> dims(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    const size_t pa = rank - a.shape().rank(), pb = rank - b.shape().rank();
-    const int64_t da = i < pa ? 1 : a.shape()[i - pa];
-    const int64_t db = i < pb ? 1 : b.shape()[i - pb];
-    if (da != db && da != 1 && db != 1) {
-      return Status::invalid_argument(where(node) + ": shapes " + a.shape().to_string() + " and " +
-                                      b.shape().to_string() + " do not broadcast (dim " + std::to_string(i) +
-                                      ": " + std::to_string(da) + " vs " + std::to_string(db) + ").");
-    }
-    dims[i] = da == 1 ? db : da;
-  }
-  Tensor y(a.dtype(), Shape(dims));
-  const bool add = node.op == OpType::kAdd;
-  if (a.dtype() == DataType::kFloat32) {
-    broadcast_apply<float>(a, b, y, [add](float p, float q) {
-      const double v = add ? static_cast<double>(p) + q : static_cast<double>(p) * q;
-      return static_cast<float>(v);
+  GPULAB_ASSIGN_OR_RETURN(const Shape shape, broadcast_shape(node, a.shape(), b.shape()));
+  Tensor y(equal ? DataType::kBool : a.dtype(), shape);
+  Status status;
+  if (equal) {
+    const size_t elem = dtype_size(a.dtype());
+    const std::vector<int64_t> as = broadcast_strides(a.shape(), shape.rank());
+    const std::vector<int64_t> bs = broadcast_strides(b.shape(), shape.rank());
+    for_each_index(shape.dims, [&](int64_t e, const std::vector<int64_t>& c) {
+      int64_t ao = 0, bo = 0;
+      for (size_t i = 0; i < c.size(); ++i) ao += c[i] * as[i], bo += c[i] * bs[i];
+      bool same;
+      if (a.dtype() == DataType::kFloat32)
+        same = a.f32()[static_cast<size_t>(ao)] == b.f32()[static_cast<size_t>(bo)];
+      else
+        same = std::memcmp(a.data() + ao * elem, b.data() + bo * elem, elem) == 0;
+      y.data()[e] = static_cast<std::byte>(same);
+    });
+  } else if (a.dtype() == DataType::kFloat32) {
+    broadcast_apply<float>(a, b, y, [&](float p, float q) {
+      auto v = float_op(node, p, q);
+      if (!v.is_ok()) {
+        status = v.status();
+        return 0.0f;
+      }
+      return static_cast<float>(*v);
     });
   } else {
-    broadcast_apply<int64_t>(a, b, y, [add](int64_t p, int64_t q) { return add ? p + q : p * q; });
+    broadcast_apply<int64_t>(a, b, y, [&](int64_t p, int64_t q) {
+      auto v = int_op(node, p, q);
+      if (!v.is_ok()) {
+        if (status.is_ok()) status = v.status();
+        return int64_t{0};
+      }
+      return *v;
+    });
   }
+  GPULAB_TRY(status);
   outputs[0] = std::move(y);
   return Status::ok();
 }

@@ -133,14 +133,22 @@ Status run_matmul(const Node& node, Inputs inputs, Outputs& outputs, const Refer
   const float* ap = a.f32().data();
   const float* bp = b.f32().data();
   float* yp = y.f32().data();
-  parallel_for(batches * m * n, k, options, [&](int64_t begin, int64_t end) {
-    for (int64_t e = begin; e < end; ++e) {
-      const int64_t bi = e / (m * n), i = (e / n) % m, j = e % n;
-      const float* am = ap + batch_offset(bi, *out_batch, a_batch) * m * k;
+  // One output row per work item, accumulated row of B by row of B (contiguous, so the inner loop
+  // vectorizes; each output element is still one float64 sum over k in order).
+  parallel_for(batches * m, k * n, options, [&](int64_t begin, int64_t end) {
+    std::vector<double> acc(static_cast<size_t>(n));
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t bi = r / m, i = r % m;
+      const float* arow = ap + batch_offset(bi, *out_batch, a_batch) * m * k + i * k;
       const float* bm = bp + batch_offset(bi, *out_batch, b_batch) * k * n;
-      double dot = 0;
-      for (int64_t kk = 0; kk < k; ++kk) dot += static_cast<double>(am[i * k + kk]) * bm[kk * n + j];
-      yp[e] = static_cast<float>(dot);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double a = arow[kk];
+        const float* brow = bm + kk * n;
+        for (int64_t j = 0; j < n; ++j) acc[static_cast<size_t>(j)] += a * brow[j];
+      }
+      float* yrow = yp + r * n;
+      for (int64_t j = 0; j < n; ++j) yrow[j] = static_cast<float>(acc[static_cast<size_t>(j)]);
     }
   });
   outputs[0] = std::move(y);

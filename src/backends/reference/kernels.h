@@ -44,6 +44,17 @@ inline constexpr int64_t kMaxWindowParam = int64_t{1} << 20;
 // Normalises an axis in [-rank, rank) to [0, rank).
 Result<int64_t> normalize_axis(const Node& node, int64_t axis, int64_t rank);
 
+// Row-major strides (in elements) of a tensor of `dims`.
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& dims);
+// Strides of a tensor of shape `s` broadcast (numpy: right-aligned, size-1 dims repeat) to a
+// tensor of `rank` dims: 0 where it broadcasts.
+std::vector<int64_t> broadcast_strides(const Shape& s, size_t rank);
+// Numpy broadcast of two shapes, or kInvalidArgument naming the node.
+Result<Shape> broadcast_shape(const Node& node, const Shape& a, const Shape& b);
+// Calls fn(flat, coords) for every element of a tensor of `dims`, in row-major order.
+void for_each_index(const std::vector<int64_t>& dims,
+                    const std::function<void(int64_t flat, const std::vector<int64_t>& coords)>& fn);
+
 // Splits [0, count) into contiguous chunks, one per worker, and runs fn(begin, end) on each.
 // Runs inline when count * cost_per_item is small or one thread is asked for. fn must not throw.
 void parallel_for(int64_t count, int64_t cost_per_item, const ReferenceOptions& options,
@@ -59,8 +70,16 @@ Status run_matmul(const Node& node, Inputs inputs, Outputs& outputs, const Refer
 Status run_batch_norm(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options);
 // Relu, Clip, Sigmoid, HardSigmoid, HardSwish.
 Status run_unary(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options);
-// Add, Mul with numpy broadcasting, on float32 or int64.
+// Add, Sub, Mul, Div, Pow, Mod, Max, Min, Equal with numpy broadcasting, on float32 or int64.
 Status run_binary(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options);
+// Sqrt, Erf, Tanh, Exp, Neg, Gelu (float32; Neg also int64), Not (bool) and Cast.
+Status run_math_unary(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options);
+// Transpose, Slice, Split, Squeeze, Expand, Pad, Where, ScatterND, ConstantOfShape, Range: any dtype.
+Status run_tensor_op(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options);
+// ReduceMean, ReduceL2 and LayerNormalization (float32, sums in double).
+Status run_normalization(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options);
+// Attention (float32, scores and softmax in double).
+Status run_attention(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options);
 Status run_softmax(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options);
 // A QuantizeLinear -> DequantizeLinear pair (kQuantizeDequantize), in float.
 Status run_quantize_dequantize(const Node& node, Inputs inputs, Outputs& outputs,

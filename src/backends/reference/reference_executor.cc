@@ -112,7 +112,36 @@ Status run_op(const Node& node, Inputs inputs, Outputs& outputs, const Reference
     case OpType::kHardSwish: return run_unary(node, inputs, outputs, options);
     case OpType::kQuantizeDequantize: return run_quantize_dequantize(node, inputs, outputs, options);
     case OpType::kAdd:
-    case OpType::kMul: return run_binary(node, inputs, outputs, options);
+    case OpType::kMul:
+    case OpType::kSub:
+    case OpType::kDiv:
+    case OpType::kPow:
+    case OpType::kMod:
+    case OpType::kMax:
+    case OpType::kMin:
+    case OpType::kEqual: return run_binary(node, inputs, outputs, options);
+    case OpType::kSqrt:
+    case OpType::kErf:
+    case OpType::kTanh:
+    case OpType::kExp:
+    case OpType::kNeg:
+    case OpType::kGelu:
+    case OpType::kNot:
+    case OpType::kCast: return run_math_unary(node, inputs, outputs, options);
+    case OpType::kTranspose:
+    case OpType::kSlice:
+    case OpType::kSplit:
+    case OpType::kSqueeze:
+    case OpType::kExpand:
+    case OpType::kWhere:
+    case OpType::kPad:
+    case OpType::kScatterND:
+    case OpType::kConstantOfShape:
+    case OpType::kRange: return run_tensor_op(node, inputs, outputs, options);
+    case OpType::kReduceMean:
+    case OpType::kReduceL2:
+    case OpType::kLayerNormalization: return run_normalization(node, inputs, outputs, options);
+    case OpType::kAttention: return run_attention(node, inputs, outputs, options);
     case OpType::kMaxPool: return run_max_pool(node, inputs, outputs, options);
     case OpType::kAveragePool: return run_average_pool(node, inputs, outputs, options);
     case OpType::kGlobalAveragePool: return run_global_average_pool(node, inputs, outputs, options);
@@ -237,9 +266,10 @@ Result<ReferenceRun> ReferenceExecutor::execute_unguarded(std::span<const Tensor
     const Shape& want = info->shape;
     bool ok = want.rank() == t.shape().rank();
     for (size_t d = 0; ok && d < want.rank(); ++d) {
-      if (want[d] == Shape::kBatch) {
-        if (batch == 0) batch = t.shape()[d];
-        ok = t.shape()[d] == batch && batch > 0;
+      if (Shape::is_batch(want[d])) {
+        const int64_t k = Shape::batch_factor(want[d]);
+        if (batch == 0 && t.shape()[d] % k == 0) batch = t.shape()[d] / k;
+        ok = t.shape()[d] == batch * k && batch > 0;
       } else {
         ok = want[d] == t.shape()[d];
       }

@@ -13,7 +13,7 @@ std::string dims_string(const std::vector<int64_t>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) {
     if (i) s += ",";
-    s += dims[i] == Shape::kBatch ? std::string("N") : std::to_string(dims[i]);
+    s += Shape::dim_string(dims[i]);
   }
   return s + "]";
 }
@@ -52,13 +52,13 @@ Status run_reshape(const Node& node, Inputs inputs, Outputs& outputs, const Refe
   int64_t infer_at = -1, known = 1;
   for (size_t i = 0; i < dims.size(); ++i) {
     int64_t& d = dims[i];
-    if (d == Shape::kBatch) {
+    if (Shape::is_batch(d)) {
       if (options.bound_batch <= 0) {
         return Status::invalid_argument(where(node) + ": target shape " + requested +
                                         " names the batch, but no batch size is bound. Run the "
                                         "graph through ReferenceExecutor or set bound_batch.");
       }
-      d = options.bound_batch;
+      d = options.bound_batch * Shape::batch_factor(d);
     } else if (d == 0 && !attrs.allowzero) {
       if (i >= x.shape().rank()) {
         return Status::invalid_argument(where(node) + ": target shape " + requested + " copies dim " +

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "backends/cuda/kernels/kernels.h"
+#include "core/quant.h"
 #include "kernel_test_util.h"
 
 namespace gpulab::kernels {
@@ -159,6 +160,16 @@ double reference_unary(const UnaryDesc& d, double v) {
     case UnaryOp::kHardSigmoid:
       return std::max(0.0, std::min(1.0, static_cast<double>(d.alpha) * v + d.beta));
     case UnaryOp::kHardSwish: return v * std::max(0.0, std::min(1.0, v / 6.0 + 0.5));
+    case UnaryOp::kGelu: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    case UnaryOp::kGeluTanh:
+      return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    case UnaryOp::kTanh: return std::tanh(v);
+    case UnaryOp::kErf: return std::erf(v);
+    case UnaryOp::kSqrt: return std::sqrt(v);
+    case UnaryOp::kExp: return std::exp(v);
+    case UnaryOp::kNeg: return -v;
+    case UnaryOp::kFakeQuantize:
+      return fake_quantize(static_cast<float>(v), d.alpha, d.beta, d.clip_min, d.clip_max);
   }
   return v;
 }

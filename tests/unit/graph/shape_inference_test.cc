@@ -146,17 +146,28 @@ TEST(ShapeInference, ReshapeConstantTargets) {
 }
 
 TEST(ShapeInference, ReshapeErrors) {
-  {
+  {  // the batch folded into another dimension: the -1 takes it, N * 4
     Graph g = GraphBuilder()
                   .input("x", Shape{N, 8})
                   .ints("t", Shape{2}, {2, -1})
                   .node(OpType::kReshape, "fold_batch", {"x", "t"}, {"y"}, ReshapeAttrs{})
                   .output("y")
                   .build();
+    ASSERT_TRUE(g.infer_shapes().is_ok());
+    EXPECT_EQ(g.value("y")->shape, (Shape{2, Shape::batch_times(4)}));
+    EXPECT_EQ(g.value("y")->shape.to_string(), "[2,N*4]");
+  }
+  {  // the batch twice
+    Graph g = GraphBuilder()
+                  .input("x", Shape{N, 8})
+                  .ints("t", Shape{3}, {N, N, -1})
+                  .node(OpType::kReshape, "twice", {"x", "t"}, {"y"}, ReshapeAttrs{})
+                  .output("y")
+                  .build();
     Status s = g.infer_shapes();
     ASSERT_FALSE(s.is_ok());
     EXPECT_EQ(s.code(), StatusCode::kUnsupported);
-    EXPECT_THAT(s.message(), HasSubstr("fold_batch"));
+    EXPECT_THAT(s.message(), HasSubstr("twice"));
   }
   {
     Graph g = GraphBuilder()

@@ -494,7 +494,7 @@ TEST(OnnxImportShared, MobileNetV2LoadsAndFuses) {
   EXPECT_EQ(g.value(g.outputs[0])->shape, (Shape{N, 1000}));
 }
 
-// --- Pad and ReduceMean: imported as other ops -------------------------------------------------
+// --- Pad and ReduceMean: imported as other ops where they can be ----------------------------------
 
 // x [N,4,8,8] -> Pad(pads) -> `consumer` (built by the caller) -> y.
 ModelBuilder padded(const std::vector<int64_t>& pads, int64_t opset = 13) {
@@ -553,28 +553,30 @@ TEST(OnnxImportPad, PadOfAPadIsOnePadding) {
   EXPECT_EQ(p.right, 0);
 }
 
-TEST(OnnxImportPad, WhatCannotBeFoldedIsRefusedByName) {
-  const auto refused = [](ModelBuilder& m, const char* what) {
+// A Pad that cannot go into a Conv's or AveragePool's padding is a Pad node; other modes are
+// refused by name.
+TEST(OnnxImportPad, WhatCannotBeFoldedIsAPadNode) {
+  const auto pad_node = [](ModelBuilder& m, const char* what, Shape want) {
     auto g = load(m.bytes());
-    ASSERT_FALSE(g.is_ok()) << what;
-    EXPECT_EQ(g.status().code(), StatusCode::kUnsupported) << what << ": " << g.status().to_string();
-    EXPECT_THAT(g.status().message(), HasSubstr("'pad' (Pad)")) << what;
+    ASSERT_TRUE(g.is_ok()) << what << ": " << g.status().to_string();
+    EXPECT_EQ(g->nodes[0].op, OpType::kPad) << what;
+    EXPECT_EQ(g->value("p")->shape, want) << what;
   };
   {  // MaxPool pads with -inf, not zeros
     ModelBuilder m = padded({0, 0, 1, 1, 0, 0, 1, 1});
     set_ints(m.node("MaxPool", "pool", {"p"}, {"y"}), "kernel_shape", {3, 3});
-    refused(m, "maxpool");
+    pad_node(m, "maxpool", Shape{N, 4, 10, 10});
   }
   {  // an elementwise reader
     ModelBuilder m = padded({0, 0, 1, 1, 0, 0, 1, 1});
     m.node("Relu", "relu", {"p"}, {"y"});
-    refused(m, "relu");
+    pad_node(m, "relu", Shape{N, 4, 10, 10});
   }
   {  // channels padded
     ModelBuilder m = padded({0, 1, 0, 0, 0, 0, 0, 0});
     m.floats("w", {6, 5, 1, 1});
     m.node("Conv", "conv", {"p", "w"}, {"y"});
-    refused(m, "channels");
+    pad_node(m, "channels", Shape{N, 5, 8, 8});
   }
   {  // a non-zero value
     ModelBuilder m = padded({0, 0, 1, 1, 0, 0, 1, 1});
@@ -582,8 +584,14 @@ TEST(OnnxImportPad, WhatCannotBeFoldedIsRefusedByName) {
     m.floats("v", {}, {1.0f});
     m.floats("w", {6, 4, 1, 1});
     m.node("Conv", "conv", {"p", "w"}, {"y"});
-    refused(m, "value 1");
+    pad_node(m, "value 1", Shape{N, 4, 10, 10});
   }
+  const auto refused = [](ModelBuilder& m, const char* what) {
+    auto g = load(m.bytes());
+    ASSERT_FALSE(g.is_ok()) << what;
+    EXPECT_EQ(g.status().code(), StatusCode::kUnsupported) << what << ": " << g.status().to_string();
+    EXPECT_THAT(g.status().message(), HasSubstr("'pad' (Pad)")) << what;
+  };
   {  // reflect mode
     ModelBuilder m = padded({0, 0, 1, 1, 0, 0, 1, 1});
     set_string(m.g()->mutable_node(0), "mode", "reflect");
@@ -625,22 +633,165 @@ TEST(OnnxImportReduceMean, SpatialMeanIsAGlobalAveragePool) {
     ASSERT_TRUE(g.is_ok()) << g.status().to_string();
     EXPECT_EQ(g->value("y")->shape, (Shape{N, 4}));
   }
-  {  // the channels: not a pool
+  {  // the channels: a ReduceMean node
     ModelBuilder m;
     m.input("x", {-1, 4, 8, 8});
     set_ints(m.node("ReduceMean", "mean", {"x"}, {"y"}), "axes", {1});
+    m.output("y");
+    auto g = load(m.bytes());
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    EXPECT_EQ(g->nodes[0].op, OpType::kReduceMean);
+    EXPECT_EQ(g->value("y")->shape, (Shape{N, 1, 8, 8}));
+  }
+  {  // the last two axes of a 3-D tensor
+    ModelBuilder m;
+    m.input("x", {-1, 4, 8});
+    auto* r = m.node("ReduceMean", "mean", {"x"}, {"y"});
+    set_ints(r, "axes", {1, 2});
+    set_int(r, "keepdims", 0);
+    m.output("y");
+    auto g = load(m.bytes());
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    EXPECT_EQ(g->nodes[0].op, OpType::kReduceMean);
+    EXPECT_EQ(g->value("y")->shape, (Shape{N}));
+  }
+  {  // over the batch: refused by name
+    ModelBuilder m;
+    m.input("x", {-1, 4, 8, 8});
+    set_ints(m.node("ReduceMean", "mean", {"x"}, {"y"}), "axes", {0});
     m.output("y");
     auto g = load(m.bytes());
     ASSERT_FALSE(g.is_ok());
     EXPECT_EQ(g.status().code(), StatusCode::kUnsupported);
     EXPECT_THAT(g.status().message(), HasSubstr("'mean' (ReduceMean)"));
   }
-  {  // axes [2, 3] of a 3-D tensor
-    ModelBuilder m;
-    m.input("x", {-1, 4, 8});
-    set_ints(m.node("ReduceMean", "mean", {"x"}, {"y"}), "axes", {1, 2});
+}
+
+// --- the ops of the transformer classifiers ----------------------------------------------------
+
+TEST(OnnxImportTensorOps, AttributesAndFoldedInputs) {
+  ModelBuilder m(13);
+  m.input("x", {-1, 4, 6});
+  set_ints(m.node("Transpose", "t", {"x"}, {"xt"}), "perm", {0, 2, 1});
+  m.ints("split", {2}, {2, 4});
+  set_int(m.node("Split", "split", {"xt", "split"}, {"a", "b"}), "axis", 1);
+  m.ints("axes", {1}, {1});
+  m.node("Unsqueeze", "u", {"a", "axes"}, {"au"});
+  m.node("Squeeze", "sq", {"au", "axes"}, {"as"});
+  m.floats("scale", {4});
+  auto* ln = m.node("LayerNormalization", "ln", {"b", "scale"}, {"ln"});
+  set_float(ln, "epsilon", 1e-6f);
+  set_string(m.node("Gelu", "gelu", {"ln"}, {"g"}), "approximate", "tanh");
+  set_int(m.node("Cast", "cast", {"g"}, {"c"}), "to", onnx::TensorProto::DOUBLE);
+  m.output("c");
+  m.output("as");
+  auto g = load(m.bytes());
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_EQ(g->nodes.size(), 7u);
+  EXPECT_EQ(g->nodes[0].attr<TransposeAttrs>().perm, (std::vector<int64_t>{0, 2, 1}));
+  EXPECT_EQ(g->nodes[1].attr<SplitAttrs>().sizes, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(g->nodes[1].inputs.size(), 1u) << "the split input is folded into the attribute";
+  EXPECT_EQ(g->value("b")->shape, (Shape{N, 4, 4}));
+  EXPECT_EQ(g->nodes[3].attr<UnsqueezeAttrs>().axes, (std::vector<int64_t>{1}));
+  EXPECT_EQ(g->value("as")->shape, (Shape{N, 2, 4}));
+  EXPECT_FLOAT_EQ(g->nodes[4].attr<LayerNormAttrs>().epsilon, 1e-6f);
+  EXPECT_EQ(g->nodes[4].attr<LayerNormAttrs>().axis, -1);
+  EXPECT_TRUE(g->nodes[5].attr<GeluAttrs>().tanh_approximation);
+  EXPECT_EQ(g->nodes[6].attr<CastAttrs>().to, DataType::kFloat32) << "float64 is held as float32";
+}
+
+TEST(OnnxImportTensorOps, EinsumIsAMatMulOrRefusedByName) {
+  for (const auto& [equation, transposes] : std::vector<std::pair<std::string, size_t>>{
+           {"bhid,bhjd->bhij", 1}, {"B H I J, B H J D -> B H I D", 0}}) {
+    ModelBuilder m(13);
+    m.input("q", {-1, 2, 5, 8});
+    m.input("k", {-1, 2, transposes ? 5 : 8, 8});  // [B, H, J, D]: J keys, or J = the contracted 8
+    set_string(m.node("Einsum", "einsum", {"q", "k"}, {"s"}), "equation", equation);
+    m.output("s");
+    auto g = load(m.bytes());
+    ASSERT_TRUE(g.is_ok()) << equation << ": " << g.status().to_string();
+    ASSERT_EQ(g->nodes.size(), transposes + 1) << equation;
+    EXPECT_EQ(g->nodes.back().op, OpType::kMatMul);
+    EXPECT_EQ(g->value("s")->shape, (Shape{N, 2, 5, transposes ? 5 : 8}));
+  }
+  ModelBuilder m(13);
+  m.input("a", {-1, 3});
+  m.input("b", {-1, 3});
+  set_string(m.node("Einsum", "dot", {"a", "b"}, {"s"}), "equation", "ni,ni->n");
+  m.output("s");
+  auto g = load(m.bytes());
+  ASSERT_FALSE(g.is_ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kUnsupported);
+  EXPECT_THAT(g.status().message(), HasSubstr("'dot' (Einsum)"));
+  EXPECT_THAT(g.status().message(), HasSubstr("ni,ni->n"));
+}
+
+TEST(OnnxImportTensorOps, ConstantOfShapeValueAndDropoutOfRatioZero) {
+  ModelBuilder m(13);
+  m.input("x", {-1, 3});
+  m.ints("shape", {1}, {3});
+  auto* c = m.node("ConstantOfShape", "c", {"shape"}, {"ones"});
+  auto* value = c->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  value->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+  value->mutable_t()->add_dims(1);
+  value->mutable_t()->add_int64_data(1);
+  // F.dropout(x, p=0.0) with its default training=True, as Swin calls it.
+  m.floats("ratio", {}, {0.0f});
+  auto* training = m.g()->add_initializer();
+  training->set_name("training");
+  training->set_data_type(onnx::TensorProto::BOOL);
+  training->add_int32_data(1);
+  m.node("Dropout", "dropout", {"x", "ratio", "training"}, {"y"});
+  m.output("y");
+  m.output("ones");
+  auto g = load(m.bytes());
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  const auto& a = g->nodes[0].attr<ConstantOfShapeAttrs>();
+  EXPECT_EQ(a.dtype, DataType::kInt64);
+  EXPECT_EQ(a.value, 1.0);
+  EXPECT_EQ(g->value("ones")->known_values, (std::vector<int64_t>{1, 1, 1}));
+
+  m.g()->mutable_initializer(1)->set_float_data(0, 0.5f);  // a real dropout in training mode
+  auto refused = load(m.bytes());
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("training_mode"));
+}
+
+TEST(OnnxImportTensorOps, RefusalsNameTheNode) {
+  {  // LayerNormalization's Mean output in use
+    ModelBuilder m(17);
+    m.input("x", {-1, 4});
+    m.floats("scale", {4});
+    m.node("LayerNormalization", "ln", {"x", "scale"}, {"y", "mean"});
+    m.node("Relu", "r", {"mean"}, {"z"});
     m.output("y");
-    EXPECT_FALSE(load(m.bytes()).is_ok());
+    m.output("z");
+    auto g = load(m.bytes());
+    ASSERT_FALSE(g.is_ok());
+    EXPECT_THAT(g.status().message(), HasSubstr("'ln' (LayerNormalization)"));
+  }
+  {  // Attention is gpulab's own node, not an op it reads
+    ModelBuilder m(17);
+    m.input("x", {-1, 4});
+    m.node("Attention", "att", {"x", "x", "x"}, {"y"});
+    m.output("y");
+    auto g = load(m.bytes());
+    ASSERT_FALSE(g.is_ok());
+    EXPECT_EQ(g.status().code(), StatusCode::kUnsupported);
+    EXPECT_THAT(g.status().message(), HasSubstr("'att' (Attention)"));
+  }
+  {  // a ScatterND with a reduction
+    ModelBuilder m(16);
+    m.input("x", {-1, 4});
+    m.ints("i", {1, 1}, {0});
+    m.floats("u", {1, 4});
+    set_string(m.node("ScatterND", "scatter", {"x", "i", "u"}, {"y"}), "reduction", "add");
+    m.output("y");
+    auto g = load(m.bytes());
+    ASSERT_FALSE(g.is_ok());
+    EXPECT_THAT(g.status().message(), HasSubstr("'scatter' (ScatterND)"));
   }
 }
 

@@ -97,7 +97,8 @@ TEST(FoldConstants, StaticChainBecomesInitializer) {
   EXPECT_EQ(c->i64()[0], 6);
 }
 
-TEST(FoldConstants, RefusesBatchOutsideItsPosition) {
+// The batch at another position than the input's: written as -1 with the other dims as inferred.
+TEST(FoldConstants, BatchOutsideItsPositionBecomesMinusOne) {
   Graph g = GraphBuilder()
                 .input("x", Shape{N, 8})
                 .ints("zero", Shape{1}, {0})
@@ -105,6 +106,28 @@ TEST(FoldConstants, RefusesBatchOutsideItsPosition) {
                 .node(OpType::kShape, "shape", {"x"}, {"s"})
                 .node(OpType::kGather, "gather", {"s", "zero"}, {"n"}, AxisAttrs{0})
                 .node(OpType::kConcat, "cat", {"eight", "n"}, {"target"}, AxisAttrs{0})
+                .node(OpType::kReshape, "transpose_like", {"x", "target"}, {"y"}, ReshapeAttrs{})
+                .output("y")
+                .build();
+  ASSERT_TRUE(g.infer_shapes().is_ok());
+  EXPECT_EQ(g.value("y")->shape, (Shape{8, N}));
+  ASSERT_TRUE(fold_constants(g).is_ok());
+  ASSERT_EQ(g.nodes.size(), 1u);
+  const Tensor* t = g.initializer(g.nodes[0].inputs[1]);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(std::vector<int64_t>(t->i64().begin(), t->i64().end()), (std::vector<int64_t>{8, -1}));
+  EXPECT_EQ(g.value("y")->shape, (Shape{8, N}));
+}
+
+// A -1 beside the batch at another position cannot be written as a constant target.
+TEST(FoldConstants, RefusesBatchBesideAnInferredDimension) {
+  Graph g = GraphBuilder()
+                .input("x", Shape{N, 8})
+                .ints("zero", Shape{1}, {0})
+                .ints("minus_one", Shape{1}, {-1})
+                .node(OpType::kShape, "shape", {"x"}, {"s"})
+                .node(OpType::kGather, "gather", {"s", "zero"}, {"n"}, AxisAttrs{0})
+                .node(OpType::kConcat, "cat", {"minus_one", "n"}, {"target"}, AxisAttrs{0})
                 .node(OpType::kReshape, "transpose_like", {"x", "target"}, {"y"}, ReshapeAttrs{})
                 .output("y")
                 .build();

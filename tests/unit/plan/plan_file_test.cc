@@ -117,15 +117,15 @@ uint64_t fnv1a64(std::span<const std::byte> bytes) {
 }
 
 // Version-1 files (before folded casts), version-2 files (before softmax outputs and pointwise
-// steps) and version-3 files (before INT8/FP8 plans) are still read; version 4 is what gets written,
-// and version 5 is refused.
+// steps), version-3 files (before the view steps) and version-4 files (before INT8/FP8 plans) are
+// still read; version 5 is what gets written, and version 6 is refused.
 TEST(PlanFile, ReadsTheOlderVersions) {
-  for (const uint32_t older : {1u, 2u, 3u}) {
+  for (const uint32_t older : {1u, 2u, 3u, 4u}) {
     auto bytes = serialize_plan(small_plan());
     uint32_t written = 0;
     std::memcpy(&written, bytes.data() + 8, 4);
     EXPECT_EQ(written, kPlanFormatVersion);
-    EXPECT_EQ(kPlanFormatVersion, 4u);
+    EXPECT_EQ(kPlanFormatVersion, 5u);
     std::memcpy(bytes.data() + 8, &older, 4);
     const uint64_t sum = fnv1a64(std::span(bytes).first(bytes.size() - 8));
     std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
@@ -142,7 +142,53 @@ TEST(PlanFile, ReadsTheOlderVersions) {
   auto r = deserialize_plan(bytes);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(r.status().message().find("reads versions 1 to 4"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("reads versions 1 to 5"), std::string::npos) << r.status().message();
+}
+
+// What version 5 added (int8/fp8e4m3 values and weights with their scales, the precisions int8 and
+// fp8, fake_quantize) is read from version-5 files only: the same bytes labelled version 4 are
+// refused, naming what version 4 cannot hold; a version-4 file's weight_scale field is ignored.
+TEST(PlanFile, QuantizedPlansNeedVersion5) {
+  auto relabel = [](std::vector<std::byte> bytes, uint32_t version) {
+    std::memcpy(bytes.data() + 8, &version, 4);
+    const uint64_t sum = fnv1a64(std::span(bytes).first(bytes.size() - 8));
+    std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+    return bytes;
+  };
+  Plan plan = small_plan();
+  plan.precision = Precision::kInt8;
+  plan.values[1].dtype = DataType::kInt8;
+  plan.values[1].scale = 0.25f;
+  plan.steps[1].precision = Precision::kInt8;
+  // (A version-5 INT8 plan's round trip: QuantizedPlan.PlanFileKeepsScalesAndRefusesBadOnes.)
+  auto r4 = deserialize_plan(relabel(serialize_plan(plan), 4));
+  ASSERT_FALSE(r4.is_ok());
+  EXPECT_EQ(r4.status().code(), StatusCode::kInvalidFile);
+  EXPECT_NE(r4.status().message().find("the plan has precision int8, which plan format version 5 added, "
+                                       "in a version-4 file"),
+            std::string::npos)
+      << r4.status().message();
+
+  Plan fp16 = small_plan();
+  fp16.values[1].dtype = DataType::kInt8;
+  fp16.values[1].scale = 0.25f;
+  r4 = deserialize_plan(relabel(serialize_plan(fp16), 4));
+  ASSERT_FALSE(r4.is_ok());
+  EXPECT_NE(r4.status().message().find("value 'conv' has type int8"), std::string::npos)
+      << r4.status().message();
+
+  // A float plan whose conv names weight scales: refused by validate in version 5, where the field
+  // means something; in version 4 the field did not exist and is not read.
+  Plan stray = small_plan();
+  stray.weights.push_back({"conv.s", DataType::kFloat32, Shape{16}, std::vector<std::byte>(64)});
+  stray.steps[1].weight_scale = 3;
+  const auto stray_bytes = serialize_plan(stray);
+  auto r5 = deserialize_plan(relabel(stray_bytes, 5));
+  ASSERT_FALSE(r5.is_ok());
+  EXPECT_NE(r5.status().message().find("names weight scales"), std::string::npos) << r5.status().message();
+  r4 = deserialize_plan(relabel(stray_bytes, 4));
+  ASSERT_TRUE(r4.is_ok()) << r4.status().to_string();
+  EXPECT_EQ(r4->steps[1].weight_scale, -1);
 }
 
 // A header that parses and carries a valid checksum but points outside the weights or at

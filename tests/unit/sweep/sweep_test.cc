@@ -412,10 +412,14 @@ TEST(SweepJson, RoundTripsEveryPointField) {
   EXPECT_EQ(doc["schema_version"], kSweepSchemaVersion);
   auto back = sweep_from_json(doc);
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
-  // Points serialize to the same JSON after a round trip (recommendations are recomputed).
+  // Points serialize to the same JSON after a round trip, and so do the environment and the
+  // recommendations (gpulab report shows them).
   EXPECT_EQ(to_json(*back)["points"], doc["points"]);
   EXPECT_EQ(to_json(*back)["options"], doc["options"]);
   EXPECT_EQ(to_json(*back)["accuracy"], doc["accuracy"]);
+  EXPECT_EQ(to_json(*back)["environment"], doc["environment"]);
+  EXPECT_EQ(to_json(*back)["recommendations"], doc["recommendations"]);
+  EXPECT_FALSE(doc["recommendations"].empty());
   const auto& p = doc["points"][5];
   for (const char* key :
        {"plan", "metrics", "telemetry", "rates", "verdicts", "throughput_ips", "memory_before_bytes"}) {

@@ -1,7 +1,8 @@
 /* Elementwise fallbacks for what the planner did not fuse into a convolution's epilogue:
  *   binary:   y = act(a + b) or act(a * b), b of a's shape or N,1,1,C broadcast over H*W;
  *   bias_act: y = act(x + bias[c]) over NHWC;
- *   unary:    relu, clip, sigmoid, hard-sigmoid, hard-swish.
+ *   unary:    relu, clip, sigmoid, hard-sigmoid, hard-swish, gelu (erf and tanh forms), tanh, erf,
+ *             sqrt, exp, neg.
  * Algorithm: one pass, float32 arithmetic, one rounding to the storage type at the store.
  * Layout: dense NHWC (C innermost). V = 16 bytes / sizeof(T) elements per thread and iteration
  *   (one 16-byte load per operand) when C (binary, bias_act) or the count (unary) is a multiple of
@@ -70,6 +71,20 @@ __device__ __forceinline__ float unary_op(float v, UnaryParams p) {
     return fminf(fmaxf(fmaf(p.alpha, v, p.beta), 0.0f), 1.0f);
   } else if constexpr (kOp == UnaryOp::kHardSwish) {  // x * relu6(x + 3) / 6
     return v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
+  } else if constexpr (kOp == UnaryOp::kGelu) {
+    return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  } else if constexpr (kOp == UnaryOp::kGeluTanh) {
+    return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+  } else if constexpr (kOp == UnaryOp::kTanh) {
+    return tanhf(v);
+  } else if constexpr (kOp == UnaryOp::kErf) {
+    return erff(v);
+  } else if constexpr (kOp == UnaryOp::kSqrt) {
+    return sqrtf(v);
+  } else if constexpr (kOp == UnaryOp::kExp) {
+    return expf(v);
+  } else if constexpr (kOp == UnaryOp::kNeg) {
+    return -v;
   } else {  // kFakeQuantize, step for step as core/quant.h's fake_quantize
     const float q = __fadd_rn(rintf(__fdiv_rn(v, p.alpha)), p.beta);
     if (isnan(q)) return 0.0f;
@@ -126,6 +141,27 @@ Status launch_unary_typed(const UnaryDesc& d, const T* x, T* y, cudaStream_t str
     case UnaryOp::kHardSwish:
       unary_kernel<T, V, UnaryOp::kHardSwish><<<grid, kThreads, 0, stream>>>(x, y, vecs, p);
       return check_launch("launch_unary", "hard_swish_kernel");
+    case UnaryOp::kGelu:
+      unary_kernel<T, V, UnaryOp::kGelu><<<grid, kThreads, 0, stream>>>(x, y, vecs, p);
+      return check_launch("launch_unary", "gelu_kernel");
+    case UnaryOp::kGeluTanh:
+      unary_kernel<T, V, UnaryOp::kGeluTanh><<<grid, kThreads, 0, stream>>>(x, y, vecs, p);
+      return check_launch("launch_unary", "gelu_tanh_kernel");
+    case UnaryOp::kTanh:
+      unary_kernel<T, V, UnaryOp::kTanh><<<grid, kThreads, 0, stream>>>(x, y, vecs, p);
+      return check_launch("launch_unary", "tanh_kernel");
+    case UnaryOp::kErf:
+      unary_kernel<T, V, UnaryOp::kErf><<<grid, kThreads, 0, stream>>>(x, y, vecs, p);
+      return check_launch("launch_unary", "erf_kernel");
+    case UnaryOp::kSqrt:
+      unary_kernel<T, V, UnaryOp::kSqrt><<<grid, kThreads, 0, stream>>>(x, y, vecs, p);
+      return check_launch("launch_unary", "sqrt_kernel");
+    case UnaryOp::kExp:
+      unary_kernel<T, V, UnaryOp::kExp><<<grid, kThreads, 0, stream>>>(x, y, vecs, p);
+      return check_launch("launch_unary", "exp_kernel");
+    case UnaryOp::kNeg:
+      unary_kernel<T, V, UnaryOp::kNeg><<<grid, kThreads, 0, stream>>>(x, y, vecs, p);
+      return check_launch("launch_unary", "neg_kernel");
     case UnaryOp::kFakeQuantize:
       unary_kernel<T, V, UnaryOp::kFakeQuantize><<<grid, kThreads, 0, stream>>>(x, y, vecs, p);
       return check_launch("launch_unary", "fake_quantize_kernel");

@@ -147,9 +147,26 @@ Status validate(const BiasActDesc& desc);
 //   kSigmoid:     1 / (1 + exp(-x))
 //   kHardSigmoid: max(0, min(1, alpha * x + beta))           (ONNX: alpha 0.2, beta 0.5)
 //   kHardSwish:   x * max(0, min(1, x / 6 + 0.5))             (ONNX HardSwish, PyTorch hardswish)
+//   kGelu:        x / 2 (1 + erf(x / sqrt 2))
+//   kGeluTanh:    x / 2 (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+//   kTanh, kErf, kSqrt, kExp, kNeg
 //   kFakeQuantize: (clamp(round_half_even(x / alpha) + beta, clip_min, clip_max) - beta) * alpha
 //                 (a Q/DQ pair's float equivalent, core/quant.h's fake_quantize; alpha > 0)
-enum class UnaryOp { kRelu, kClip, kSigmoid, kHardSigmoid, kHardSwish, kFakeQuantize };
+enum class UnaryOp {
+  kRelu,
+  kClip,
+  kSigmoid,
+  kHardSigmoid,
+  kHardSwish,
+  kGelu,
+  kGeluTanh,
+  kTanh,
+  kErf,
+  kSqrt,
+  kExp,
+  kNeg,
+  kFakeQuantize
+};
 struct UnaryDesc {
   UnaryOp op = UnaryOp::kRelu;
   int64_t count = 0;
