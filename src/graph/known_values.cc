@@ -160,7 +160,10 @@ int64_t normalized(int64_t axis, int64_t rank) {
 
 std::optional<Values> evaluate_known(const Node& node, const std::vector<const ValueInfo*>& in,
                                      const ValueInfo& out) {
-  if (out.shape.has_batch() || out.shape.numel() > kMaxKnownValues) return std::nullopt;
+  // Runs before shape inference checks the output's size: the product of its dimensions may not fit.
+  if (out.shape.has_batch()) return std::nullopt;
+  const std::optional<int64_t> count = checked_product(out.shape.dims);
+  if (!count || *count < 0 || *count > kMaxKnownValues) return std::nullopt;
   const std::vector<int64_t>& od = out.shape.dims;
   std::vector<KnownInput> ins;
   for (const ValueInfo* v : in) {
