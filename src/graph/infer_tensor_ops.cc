@@ -5,8 +5,11 @@
 // have known_values; the symbolic batch N (or N * k) may flow through every dimension but may not be
 // sliced, split, reduced or padded.
 #include <algorithm>
+#include <limits>
 #include <numeric>
+#include <optional>
 
+#include "core/checked.h"
 #include "graph/infer_util.h"
 
 namespace gpulab::infer {
@@ -116,7 +119,7 @@ Result<std::vector<ValueInfo>> infer_split(const Node& node, const ValueInfo& x)
   const int64_t parts = static_cast<int64_t>(node.outputs.size());
   std::vector<int64_t> sizes = a.sizes;
   if (sizes.empty()) {  // equal parts; the last one smaller when they do not divide (opset 18)
-    const int64_t each = (dim + parts - 1) / parts;
+    const int64_t each = dim / parts + (dim % parts != 0 ? 1 : 0);  // ceil, without dim + parts overflowing
     for (int64_t p = 0; p < parts; ++p) sizes.push_back(std::max<int64_t>(0, std::min(each, dim - p * each)));
   }
   if (static_cast<int64_t>(sizes.size()) != parts ||
@@ -249,11 +252,18 @@ Result<std::vector<ValueInfo>> infer_range(const Node& node, const std::vector<c
   GPULAB_ASSIGN_OR_RETURN(const std::vector<int64_t> delta, need_known(node, in, 2, "delta"));
   if (start.size() != 1 || limit.size() != 1 || delta.size() != 1 || delta[0] == 0)
     return fail(node, "start, limit and delta must be scalars and delta non-zero");
-  const int64_t span = limit[0] - start[0];
-  const int64_t n = std::max<int64_t>(0, (span + delta[0] + (delta[0] > 0 ? -1 : 1)) / delta[0]);
+  // ceil((limit - start) / delta) elements, computed so that values read from the file cannot overflow.
+  const std::optional<int64_t> span = checked_sub(limit[0], start[0]);
+  std::optional<int64_t> n = 0;
+  if (span && delta[0] > 0 && *span > 0) n = checked_add((*span - 1) / delta[0], 1);
+  if (span && delta[0] < 0 && *span < 0) n = checked_add((*span + 1) / delta[0], 1);
+  if (!span || !n)
+    return fail(node, "start " + std::to_string(start[0]) + ", limit " + std::to_string(limit[0]) +
+                          " and delta " + std::to_string(delta[0]) +
+                          " make more elements than a size can count");
   ValueInfo out;
   out.dtype = DataType::kInt64;
-  out.shape = Shape{n};
+  out.shape = Shape{*n};
   return one(out);
 }
 
@@ -267,7 +277,11 @@ Result<std::vector<ValueInfo>> infer_pad(const Node& node, const std::vector<con
     const int64_t begin = pads[i], end = pads[i + x.rank()];
     if (begin == 0 && end == 0) continue;
     GPULAB_TRY(no_batch_on(node, x, static_cast<int64_t>(i), "pads"));
-    out.shape[i] = x[i] + begin + end;
+    const std::optional<int64_t> both = checked_add(begin, end);
+    const std::optional<int64_t> padded = both ? checked_add(x[i], *both) : std::nullopt;
+    if (!padded)
+      return fail(node, "pads " + values_string(pads) + " for " + x.to_string() + " overflow a size");
+    out.shape[i] = *padded;
     if (out.shape[i] < 0)
       return fail(node, "pads " + values_string(pads) + " crop " + x.to_string() + " below zero");
   }

@@ -6,8 +6,10 @@
 // symbolic where the result is still of that form or does not depend on N at all.
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <numeric>
 
+#include "core/checked.h"
 #include "graph/infer_util.h"
 
 namespace gpulab::infer {
@@ -28,18 +30,18 @@ Known times(int64_t k) {
 }
 
 Known add(int64_t a, int64_t b) {
-  if (!sym(a) && !sym(b)) return a + b;
+  if (!sym(a) && !sym(b)) return checked_add(a, b);
   if (b == 0) return a;
   if (a == 0) return b;
   return std::nullopt;
 }
 Known sub(int64_t a, int64_t b) {
-  if (!sym(a) && !sym(b)) return a - b;
+  if (!sym(a) && !sym(b)) return checked_sub(a, b);
   if (b == 0) return a;
   return std::nullopt;
 }
 Known mul(int64_t a, int64_t b) {
-  if (!sym(a) && !sym(b)) return a * b;
+  if (!sym(a) && !sym(b)) return checked_mul(a, b);
   if (sym(a) && sym(b)) return std::nullopt;
   const int64_t s = sym(a) ? a : b, c = sym(a) ? b : a;
   if (c == 0) return 0;
@@ -48,7 +50,8 @@ Known mul(int64_t a, int64_t b) {
 }
 // ONNX Div of integers truncates; the exporter writes Python's // as Div of non-negative sizes.
 Known div(int64_t a, int64_t b) {
-  if (!sym(a) && !sym(b)) return b == 0 ? Known() : Known(a / b);
+  if (!sym(a) && !sym(b))
+    return b == 0 || (b == -1 && a == std::numeric_limits<int64_t>::min()) ? Known() : Known(a / b);
   if (sym(a) && !sym(b) && b > 0 && factor(a) % b == 0) return times(factor(a) / b);
   if (sym(a) && sym(b) && factor(a) % factor(b) == 0) return factor(a) / factor(b);
   return std::nullopt;
@@ -56,6 +59,7 @@ Known div(int64_t a, int64_t b) {
 Known mod(int64_t a, int64_t b, bool fmod) {
   if (!sym(a) && !sym(b)) {
     if (b == 0) return std::nullopt;
+    if (b == -1) return 0;  // also where a % b itself would overflow (the minimum int64 % -1)
     int64_t r = a % b;
     if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;  // Python's %: the sign of the divisor
     return r;
@@ -156,7 +160,10 @@ int64_t normalized(int64_t axis, int64_t rank) {
 
 std::optional<Values> evaluate_known(const Node& node, const std::vector<const ValueInfo*>& in,
                                      const ValueInfo& out) {
-  if (out.shape.has_batch() || out.shape.numel() > kMaxKnownValues) return std::nullopt;
+  // Runs before shape inference checks the output's size: the product of its dimensions may not fit.
+  if (out.shape.has_batch()) return std::nullopt;
+  const std::optional<int64_t> count = checked_product(out.shape.dims);
+  if (!count || *count < 0 || *count > kMaxKnownValues) return std::nullopt;
   const std::vector<int64_t>& od = out.shape.dims;
   std::vector<KnownInput> ins;
   for (const ValueInfo* v : in) {

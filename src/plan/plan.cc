@@ -512,17 +512,30 @@ uint32_t get_u32(std::span<const std::byte> b, size_t at) {
   return v;
 }
 
+// An integer field: get<int>() of a JSON float beyond the type's range is undefined behaviour, so
+// only JSON integers that fit are taken.
+template <typename T>
+T integer(const json& j) {
+  if (!j.is_number_integer()) throw std::runtime_error("an integer field holds " + j.dump());
+  if (j.is_number_unsigned() ? j.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())
+                             : (j.get<int64_t>() < std::numeric_limits<T>::min() ||
+                                j.get<int64_t>() > std::numeric_limits<T>::max()))
+    throw std::runtime_error("an integer field is out of range: " + j.dump());
+  return static_cast<T>(j.get<int64_t>());
+}
+
 json hw_json(const Hw& hw) {
   return json::array({hw.h, hw.w});
 }
 Hw hw_from(const json& j) {
-  return Hw{j.at(0).get<int64_t>(), j.at(1).get<int64_t>()};
+  return Hw{integer<int64_t>(j.at(0)), integer<int64_t>(j.at(1))};
 }
 json pads_json(const Pads& p) {
   return json::array({p.top, p.left, p.bottom, p.right});
 }
 Pads pads_from(const json& j) {
-  return Pads{j.at(0).get<int64_t>(), j.at(1).get<int64_t>(), j.at(2).get<int64_t>(), j.at(3).get<int64_t>()};
+  return Pads{integer<int64_t>(j.at(0)), integer<int64_t>(j.at(1)), integer<int64_t>(j.at(2)),
+              integer<int64_t>(j.at(3))};
 }
 
 json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
@@ -692,26 +705,26 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob, uint32_t v
   plan.gpulab_version = j.at("gpulab_version").get<std::string>();
   const auto& t = j.at("target");
   plan.target.gpu_name = t.at("gpu_name").get<std::string>();
-  plan.target.compute_capability = t.at("compute_capability").get<int>();
-  plan.target.cuda_runtime_version = t.at("cuda_runtime_version").get<int>();
-  plan.target.cudnn_version = t.at("cudnn_version").get<int>();
-  plan.target.cublaslt_version = t.at("cublaslt_version").get<int>();
+  plan.target.compute_capability = integer<int>(t.at("compute_capability"));
+  plan.target.cuda_runtime_version = integer<int>(t.at("cuda_runtime_version"));
+  plan.target.cudnn_version = integer<int>(t.at("cudnn_version"));
+  plan.target.cublaslt_version = integer<int>(t.at("cublaslt_version"));
   plan.precision = precision_from(j.at("precision").get<std::string>(), version, "the plan");
-  plan.max_batch = j.at("max_batch").get<int64_t>();
+  plan.max_batch = integer<int64_t>(j.at("max_batch"));
   plan.input_name = j.at("input").at("name").get<std::string>();
-  plan.input_channels = j.at("input").at("c").get<int64_t>();
-  plan.input_h = j.at("input").at("h").get<int64_t>();
-  plan.input_w = j.at("input").at("w").get<int64_t>();
+  plan.input_channels = integer<int64_t>(j.at("input").at("c"));
+  plan.input_h = integer<int64_t>(j.at("input").at("h"));
+  plan.input_w = integer<int64_t>(j.at("input").at("w"));
   plan.output_name = j.at("output").at("name").get<std::string>();
-  plan.num_classes = j.at("output").at("classes").get<int64_t>();
+  plan.num_classes = integer<int64_t>(j.at("output").at("classes"));
   if (j.contains("metadata")) plan.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
   for (const auto& jv : j.at("values")) {
     PlanValue v;
     v.name = jv.at("name").get<std::string>();
-    v.h = jv.at("h").get<int64_t>();
-    v.w = jv.at("w").get<int64_t>();
-    v.c = jv.at("c").get<int64_t>();
-    v.c_valid = jv.at("c_valid").get<int64_t>();
+    v.h = integer<int64_t>(jv.at("h"));
+    v.w = integer<int64_t>(jv.at("w"));
+    v.c = integer<int64_t>(jv.at("c"));
+    v.c_valid = integer<int64_t>(jv.at("c_valid"));
     v.dtype = dtype_from(jv.at("dtype").get<std::string>(), version, "value '" + v.name + "'");
     if (is_quantized_dtype(v.dtype)) v.scale = jv.at("scale").get<float>();
     plan.values.push_back(std::move(v));
@@ -721,14 +734,14 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob, uint32_t v
     s.kind = step_kind_from(js.at("kind").get<std::string>());
     s.name = js.at("name").get<std::string>();
     s.inputs = js.at("inputs").get<std::vector<int>>();
-    s.output = js.at("output").get<int>();
+    s.output = integer<int>(js.at("output"));
     s.precision = precision_from(js.at("precision").get<std::string>(), version, "step '" + s.name + "'");
-    s.weight = js.at("weight").get<int>();
-    s.bias = js.at("bias").get<int>();
-    if (version >= kQuantizedPlanFormatVersion) s.weight_scale = js.at("weight_scale").get<int>();
+    s.weight = integer<int>(js.at("weight"));
+    s.bias = integer<int>(js.at("bias"));
+    if (version >= kQuantizedPlanFormatVersion) s.weight_scale = integer<int>(js.at("weight_scale"));
     s.tactic = js.at("tactic").get<std::string>();
     s.flops_per_image = js.at("flops_per_image").get<double>();
-    s.activation = activation_from(js.at("activation").get<int>());
+    s.activation = activation_from(integer<int>(js.at("activation")));
     s.clip_min = clip_bound(js.at("clip").at(0), -1);
     s.clip_max = clip_bound(js.at("clip").at(1), +1);
     if (s.kind == StepKind::kConv || s.kind == StepKind::kStem) {
@@ -737,8 +750,8 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob, uint32_t v
       s.conv.stride = hw_from(c.at("stride"));
       s.conv.pads = pads_from(c.at("pads"));
       s.conv.dilation = hw_from(c.at("dilation"));
-      s.conv.groups = c.at("groups").get<int64_t>();
-      s.conv.activation = activation_from(c.at("activation").get<int>());
+      s.conv.groups = integer<int64_t>(c.at("groups"));
+      s.conv.activation = activation_from(integer<int>(c.at("activation")));
       s.conv.clip_min = clip_bound(c.at("clip").at(0), -1);
       s.conv.clip_max = clip_bound(c.at("clip").at(1), +1);
       s.conv.has_residual = c.at("has_residual").get<bool>();
@@ -748,14 +761,14 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob, uint32_t v
     }
     if ((s.kind == StepKind::kInput || s.kind == StepKind::kStem) && js.contains("space_to_depth")) {
       const auto& sd = js.at("space_to_depth");
-      s.space_to_depth = {sd.at("block").get<int64_t>(), sd.at("pad_top").get<int64_t>(),
-                          sd.at("pad_left").get<int64_t>()};
+      s.space_to_depth = {integer<int64_t>(sd.at("block")), integer<int64_t>(sd.at("pad_top")),
+                          integer<int64_t>(sd.at("pad_left"))};
     }
     if (s.kind == StepKind::kStem) s.fused_values = js.at("fused_values").get<std::vector<int>>();
     if (is_view_step(s.kind)) {
       for (const auto& jv : js.at("views")) {
         TensorView v;
-        v.offset = jv.at("offset").get<int64_t>();
+        v.offset = integer<int64_t>(jv.at("offset"));
         v.dims = jv.at("dims").get<std::vector<int64_t>>();
         v.strides = jv.at("strides").get<std::vector<int64_t>>();
         s.views.push_back(std::move(v));

@@ -21,7 +21,8 @@ Result<TimingCache> TimingCache::parse(std::string_view text, std::string_view s
   TimingCache cache;
   try {
     const auto j = nlohmann::json::parse(text);
-    if (j.at("format").get<int>() != 1) throw std::runtime_error("format is not 1");
+    // Compared as a JSON number: get<int>() of a float beyond int's range is undefined behaviour.
+    if (j.at("format") != 1) throw std::runtime_error("format is not 1");
     for (const auto& [key, value] : j.at("entries").items())
       cache.entries_[key] =
           TimingEntry{value.at("tactic").get<std::string>(), value.at("time_ms").get<double>()};

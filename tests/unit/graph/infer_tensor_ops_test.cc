@@ -153,5 +153,47 @@ TEST(InferTensorOps, TheBatchIsNotSlicedSplitOrReduced) {
           "runtime_ends");
 }
 
+// Sizes computed from a file's numbers: an overflow is a refusal (or an unknown value), never
+// undefined behaviour. The onnx_import fuzz target found the Pad case (10 + INT64_MAX).
+TEST(InferTensorOps, OverflowingPadsAndRangesAreRefused) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  Graph pad = GraphBuilder()
+                  .input("x", Shape{1, 3, 10, 10})
+                  .ints("pads", Shape{8}, {0, 0, 0, 0, 0, 0, kMax, 0})
+                  .node(OpType::kPad, "pad", {"x", "pads"}, {"y"})
+                  .output("y")
+                  .build();
+  const Status p = pad.infer_shapes();
+  EXPECT_FALSE(p.is_ok());
+  EXPECT_THAT(p.message(), HasSubstr("overflow"));
+  Graph range = GraphBuilder()
+                    .ints("start", Shape{}, {-kMax})
+                    .ints("limit", Shape{}, {kMax})
+                    .ints("delta", Shape{}, {1})
+                    .node(OpType::kRange, "range", {"start", "limit", "delta"}, {"r"})
+                    .output("r")
+                    .build();
+  const Status r = range.infer_shapes();
+  EXPECT_FALSE(r.is_ok());
+  EXPECT_THAT(r.message(), HasSubstr("more elements than a size can count"));
+}
+
+TEST(KnownValues, OverflowingArithmeticLeavesTheValueUnknown) {
+  Graph g = GraphBuilder()
+                .input("x", Shape{N, 4})
+                .ints("big", Shape{1}, {std::numeric_limits<int64_t>::max()})
+                .ints("ten", Shape{1}, {10})
+                .node(OpType::kAdd, "sum", {"big", "ten"}, {"s"})
+                .node(OpType::kMul, "product", {"big", "ten"}, {"m"})
+                .node(OpType::kRelu, "relu", {"x"}, {"y"})
+                .output("y")
+                .output("s")
+                .output("m")
+                .build();
+  ASSERT_TRUE(g.infer_shapes().is_ok());
+  EXPECT_FALSE(g.value("s")->known_values.has_value());
+  EXPECT_FALSE(g.value("m")->known_values.has_value());
+}
+
 }  // namespace
 }  // namespace gpulab

@@ -47,7 +47,9 @@ TEST(TimingCache, SaveLoadRoundTrip) {
 TEST(TimingCache, MalformedFileIsAnError) {
   const auto path = std::filesystem::temp_directory_path() / "gpulab_timing_cache_bad.json";
   for (const char* text :
-       {"not json", "{\"format\": 2, \"entries\": {}}", "{\"format\": 1, \"entries\": {\"k\": 3}}"}) {
+       {"not json", "{\"format\": 2, \"entries\": {}}", "{\"format\": 1, \"entries\": {\"k\": 3}}",
+        // found by the fuzz target: a format beyond int's range
+        "{\"format\": 923720318446744071867470955161, \"entries\": {}}"}) {
     { std::ofstream(path) << text; }
     auto r = TimingCache::load(path);
     ASSERT_FALSE(r.is_ok()) << text;
