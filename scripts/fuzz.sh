@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-targets="onnx_import plan timing_cache sweep_json report_input labels labels_tsv metrics_request image jpeg png bmp ppm"
+targets="onnx_import plan timing_cache calibration_cache sweep_json report_input labels labels_tsv metrics_request image jpeg png bmp ppm"
 if [ "${1:-}" = list ]; then
   echo "$targets" | tr ' ' '\n'
   exit 0
@@ -76,7 +76,7 @@ esac
 case $target in
   onnx_import) max_len=262144; dicts="onnx_import" ;;
   plan) max_len=262144; dicts="plan" ;;
-  timing_cache) max_len=16384; dicts="json" ;;
+  timing_cache | calibration_cache) max_len=16384; dicts="json" ;;
   sweep_json) max_len=65536; dicts="json" ;;
   report_input) max_len=65536; dicts="json" ;;
   labels | labels_tsv) max_len=16384; dicts="" ;;

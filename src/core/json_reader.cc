@@ -8,6 +8,7 @@ using nlohmann::json;
 
 Status JsonReader::bad(std::string_view key, std::string_view what) const {
   if (key.empty()) return Status::invalid_file(fmt::format("{}: {}", where, what));
+  if (where.empty()) return Status::invalid_file(fmt::format("{}: {}", key, what));
   return Status::invalid_file(fmt::format("{}.{}: {}", where, key, what));
 }
 
@@ -54,6 +55,7 @@ Result<const json*> JsonReader::optional_object(const char* key) const {
 }
 
 JsonReader JsonReader::child(const json& value, std::string_view key) const {
+  if (where.empty()) return JsonReader{value, std::string(key)};
   return JsonReader{value, fmt::format("{}.{}", where, key)};
 }
 

@@ -20,7 +20,7 @@ namespace gpulab {
 
 struct JsonReader {
   const nlohmann::json& doc;  // the object whose fields are read
-  std::string where;          // its path in the document ("sweep", "points[3].telemetry")
+  std::string where;          // its path in the document ("sweep", "points[3].telemetry"; "" for the root)
 
   // kInvalidFile "<where>.<key>: <what>" ("<where>: <what>" for an empty key).
   Status bad(std::string_view key, std::string_view what) const;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/file_io.h"
+#include "core/json_reader.h"
 #include "core/quant.h"
 #include "image/dataset.h"
 #include "image/decode.h"
@@ -152,31 +153,46 @@ Status save_calibration_cache(const CalibrationCache& cache, const fs::path& pat
   return write_file_atomic(path, j.dump(1) + "\n");
 }
 
-Result<CalibrationCache> load_calibration_cache(const fs::path& path, const std::string& model_hash) {
-  GPULAB_ASSIGN_OR_RETURN(const std::string text, read_file_text(path));
+Result<CalibrationCache> parse_calibration_cache(std::string_view text, const fs::path& path) {
+  // Every field through JsonReader: a cache is outside input (a user may edit or truncate it), and
+  // nlohmann's get<int>() of a float beyond int's range is undefined behaviour, not an error.
+  const auto invalid = [&](std::string_view what) {
+    return Status::invalid_file(
+        fmt::format("calibration cache '{}': {}. Delete it to calibrate again.", path.string(), what));
+  };
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return invalid("not JSON");
+  const JsonReader r{j, ""};
+  const auto schema = r.text("schema");
+  const auto version = r.integer("schema_version");
+  if (!schema.is_ok() || *schema != "gpulab.calibration" || !version.is_ok() || *version != 1)
+    return invalid("not a gpulab.calibration schema version 1 file");
   CalibrationCache cache;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    if (j.at("schema").get<std::string>() != "gpulab.calibration" || j.at("schema_version").get<int>() != 1)
-      throw std::runtime_error("not a gpulab.calibration schema version 1 file");
-    cache.model = j.value("model", "");
-    cache.model_hash = j.at("model_fnv1a64").get<std::string>();
-    auto calibrator = parse_calibrator(j.at("calibrator").get<std::string>());
-    if (!calibrator.is_ok()) throw std::runtime_error(calibrator.status().message());
-    cache.calibrator = *calibrator;
-    cache.percentile = j.at("percentile").get<double>();
-    cache.images = j.at("images").get<int64_t>();
-    for (const auto& [name, t] : j.at("tensors").items()) {
+  const auto read = [&]() -> Status {
+    GPULAB_ASSIGN_OR_RETURN(const std::optional<std::string> model, r.optional<std::string>("model"));
+    cache.model = model.value_or("");
+    GPULAB_ASSIGN_OR_RETURN(cache.model_hash, r.text("model_fnv1a64"));
+    GPULAB_ASSIGN_OR_RETURN(const std::string calibrator, r.text("calibrator"));
+    GPULAB_ASSIGN_OR_RETURN(cache.calibrator, parse_calibrator(calibrator));
+    GPULAB_ASSIGN_OR_RETURN(cache.percentile, r.number("percentile"));
+    GPULAB_ASSIGN_OR_RETURN(cache.images, r.integer("images"));
+    GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* tensors, r.object("tensors"));
+    for (const auto& [name, t] : tensors->items()) {
       // Read as a double: a number beyond float's range must be refused, not converted.
-      const double amax = t.at("amax").get<double>();
+      GPULAB_ASSIGN_OR_RETURN(const double amax, r.child(t, "tensors." + name).number("amax"));
       if (!(amax >= 0.0) || !(amax <= std::numeric_limits<float>::max()))
-        throw std::runtime_error("tensor '" + name + "' has amax " + std::to_string(amax));
+        return Status::invalid_file(fmt::format("tensor '{}' has amax {}", name, amax));
       cache.amax[name] = static_cast<float>(amax);
     }
-  } catch (const std::exception& e) {
-    return Status::invalid_file(
-        fmt::format("calibration cache '{}': {}. Delete it to calibrate again.", path.string(), e.what()));
-  }
+    return Status::ok();
+  };
+  if (const Status s = read(); !s.is_ok()) return invalid(s.message());
+  return cache;
+}
+
+Result<CalibrationCache> load_calibration_cache(const fs::path& path, const std::string& model_hash) {
+  GPULAB_ASSIGN_OR_RETURN(const std::string text, read_file_text(path));
+  GPULAB_ASSIGN_OR_RETURN(CalibrationCache cache, parse_calibration_cache(text, path));
   if (cache.model_hash != model_hash)
     return Status::invalid_argument(fmt::format(
         "calibration cache '{}' was made for another model ('{}', FNV-1a 64 {}; this model's is {}). Give "

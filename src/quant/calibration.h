@@ -22,6 +22,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpulab/status.h"
@@ -80,6 +81,8 @@ struct CalibrationCache {
 CalibrationCache calibrate(const CalibrationStatistics& statistics, Calibrator calibrator, double percentile);
 
 Status save_calibration_cache(const CalibrationCache& cache, const std::filesystem::path& path);
+// A cache file's text; kInvalidFile (naming `path` and the field) when it is not a calibration cache.
+Result<CalibrationCache> parse_calibration_cache(std::string_view text, const std::filesystem::path& path);
 // kNotFound when absent; kInvalidFile when it is not a calibration cache; kInvalidArgument when it
 // was made for another model than `model_hash` (the message says how to recalibrate).
 Result<CalibrationCache> load_calibration_cache(const std::filesystem::path& path,

@@ -332,6 +332,16 @@ def text_seeds(out):
             {"tactic": "cublaslt:algo=21", "time_ms": 1.5e-3}}}
     write(os.path.join(out, "timing_cache", "two_entries.json"), json.dumps(cache, indent=1))
     write(os.path.join(out, "timing_cache", "empty.json"), json.dumps({"format": 1, "entries": {}}))
+    # What save_calibration_cache writes (gpulab build --precision int8 --calibration-cache F).
+    calibration = {"schema": "gpulab.calibration", "schema_version": 1, "model": "resnet18.onnx",
+                   "model_fnv1a64": "0123456789abcdef", "calibrator": "percentile", "percentile": 99.99,
+                   "images": 256, "tensors": {
+                       "input": {"amax": 2.64, "int8_scale": 0.0207874, "fp8_scale": 0.00589286},
+                       "/layer1/relu": {"amax": 0.0, "int8_scale": 1.0, "fp8_scale": 1.0}}}
+    write(os.path.join(out, "calibration_cache", "two_tensors.json"), json.dumps(calibration, indent=1))
+    calibration["calibrator"] = "entropy"
+    calibration["tensors"] = {}
+    write(os.path.join(out, "calibration_cache", "no_tensors.json"), json.dumps(calibration))
     write(os.path.join(out, "labels", "three.txt"), "tench, Tinca tinca\r\ngoldfish\n\n  great white shark \n")
     write(os.path.join(out, "labels", "one.txt"), "background")
     write(os.path.join(out, "labels_tsv", "labels.tsv"),

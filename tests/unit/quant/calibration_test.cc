@@ -118,6 +118,23 @@ TEST(Calibration, CacheIsReusedOnlyForItsModel) {
   EXPECT_EQ(huge.status().code(), StatusCode::kInvalidFile);
   EXPECT_NE(huge.status().message().find("tensor 'input' has amax"), std::string::npos)
       << huge.status().message();
+  // Integer fields holding floats beyond int64's range are refused by name, never converted.
+  for (const auto& [field, replacement] :
+       {std::pair<std::string, std::string>{"\"images\": 12", "\"images\": 1e300"},
+        {"\"schema_version\": 1", "\"schema_version\": 1e30"},
+        {"\"images\": 12", "\"images\": \"12\""}}) {
+    std::string edited = *read_file_text(path);
+    const size_t where = edited.find(field);
+    ASSERT_NE(where, std::string::npos) << field << " in " << edited;
+    edited.replace(where, field.size(), replacement);
+    ASSERT_TRUE(write_file_atomic(dir / "edited.json", std::string_view(edited)).is_ok());
+    const auto r = load_calibration_cache(dir / "edited.json", "0123456789abcdef");
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidFile) << replacement;
+    EXPECT_NE(r.status().message().find("Delete it to calibrate again"), std::string::npos)
+        << r.status().message();
+  }
+  ASSERT_TRUE(write_file_atomic(dir / "truncated.json", std::string_view("{\"schema\": \"gpulab.calib")).is_ok());
+  EXPECT_EQ(load_calibration_cache(dir / "truncated.json", "x").status().code(), StatusCode::kInvalidFile);
   EXPECT_EQ(load_calibration_cache(dir / "missing.json", "x").status().code(), StatusCode::kNotFound);
   fs::remove_all(dir);
 }
