@@ -418,6 +418,7 @@ nlohmann::json to_json(const BenchResult& r) {
         {"start", state_json(e.start)},
         {"end", state_json(e.end)},
         {"gpulab_version", empty_to_null(e.gpulab_version)},
+        {"gpulab_commit", empty_to_null(e.gpulab_commit)},
         {"command_line", empty_to_null(e.command_line)}}},
       {"ceilings", ceilings},
       {"plan", r.plan_source.empty()
@@ -549,6 +550,7 @@ Result<BenchResult> bench_from_json(const nlohmann::json& doc) {
   for (const auto& [key, field] : {std::pair{"gpu_name", &env.gpu_name},
                                    {"driver_version", &env.driver_version},
                                    {"gpulab_version", &env.gpulab_version},
+                                   {"gpulab_commit", &env.gpulab_commit},
                                    {"command_line", &env.command_line}}) {
     GPULAB_ASSIGN_OR_RETURN(const auto value, e.optional<std::string>(key));
     *field = value.value_or("");

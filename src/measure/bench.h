@@ -119,6 +119,7 @@ struct BenchEnvironment {
   std::optional<int> cublas_version;
   std::optional<GpuState> start, end;  // at the start and the end of the measurement
   std::string gpulab_version;
+  std::string gpulab_commit;  // what the binary was built from (GPULAB_GIT_COMMIT)
   std::string command_line;
 };
 

@@ -173,11 +173,13 @@ Result<std::string> text_or_empty(const JsonReader& r, const char* key) {
 }
 
 // The "environment" block pipeline and accuracy results share (optional as a whole).
-Status read_environment(const JsonReader& r, std::string& gpulab_version, std::string& command_line) {
+Status read_environment(const JsonReader& r, std::string& gpulab_version, std::string& gpulab_commit,
+                        std::string& command_line) {
   GPULAB_ASSIGN_OR_RETURN(const json* env, r.optional_object("environment"));
   if (!env) return Status::ok();
   const JsonReader e = r.child(*env, "environment");
   GPULAB_ASSIGN_OR_RETURN(gpulab_version, text_or_empty(e, "gpulab_version"));
+  GPULAB_ASSIGN_OR_RETURN(gpulab_commit, text_or_empty(e, "gpulab_commit"));
   GPULAB_ASSIGN_OR_RETURN(command_line, text_or_empty(e, "command_line"));
   return Status::ok();
 }
@@ -500,7 +502,7 @@ Result<PipelineReport> pipeline_from_json(const json& doc) {
     GPULAB_ASSIGN_OR_RETURN(p.rss_peak_bytes, m.optional<int64_t>("rss_peak_bytes"));
     GPULAB_ASSIGN_OR_RETURN(p.rss_growth_fraction, m.optional<double>("rss_growth_fraction"));
   }
-  GPULAB_TRY(read_environment(r, p.gpulab_version, p.command_line));
+  GPULAB_TRY(read_environment(r, p.gpulab_version, p.gpulab_commit, p.command_line));
   GPULAB_ASSIGN_OR_RETURN(const json* env, r.optional_object("environment"));
   if (env) {
     GPULAB_ASSIGN_OR_RETURN(p.hardware_threads,
@@ -532,7 +534,7 @@ Result<AccuracyReport> accuracy_from_json(const json& doc) {
                                                      r.child((*results)[i], fmt::format("results[{}]", i))));
     a.results.push_back(std::move(p));
   }
-  GPULAB_TRY(read_environment(r, a.gpulab_version, a.command_line));
+  GPULAB_TRY(read_environment(r, a.gpulab_version, a.gpulab_commit, a.command_line));
   return a;
 }
 

@@ -80,7 +80,7 @@ struct PipelineReport {
   std::string compute_only_source;
   std::optional<int64_t> rss_peak_bytes;
   std::optional<double> rss_growth_fraction;
-  std::string gpulab_version, command_line;
+  std::string gpulab_version, gpulab_commit, command_line;
   std::optional<int64_t> hardware_threads;
 };
 Result<PipelineReport> pipeline_from_json(const nlohmann::json& doc);
@@ -116,7 +116,7 @@ struct AccuracyReport {
   double gate = 0;  // top-1 agreement a precision must reach (fraction)
   std::optional<double> fp32_top1, fp32_top5;
   std::vector<AccuracyPrecision> results;
-  std::string gpulab_version, command_line;
+  std::string gpulab_version, gpulab_commit, command_line;
 };
 Result<AccuracyReport> accuracy_from_json(const nlohmann::json& doc);
 

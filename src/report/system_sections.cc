@@ -182,6 +182,7 @@ std::optional<EnvRow> env_row(const Input& in) {
         r.memory_clock = mhz(e.start->memory_clock_mhz);
       }
       r.gpulab = version_or_dash(e.gpulab_version);
+      r.commit = version_or_dash(e.gpulab_commit);
       return r;
     }
     case InputKind::kBandwidth: {
@@ -212,10 +213,13 @@ std::optional<EnvRow> env_row(const Input& in) {
     case InputKind::kPipeline: {
       const auto& p = std::get<PipelineReport>(in.data);
       r.gpulab = version_or_dash(p.gpulab_version);
+      r.commit = version_or_dash(p.gpulab_commit);
       return r;
     }
     case InputKind::kAccuracy: {
-      r.gpulab = version_or_dash(std::get<AccuracyReport>(in.data).gpulab_version);
+      const auto& a = std::get<AccuracyReport>(in.data);
+      r.gpulab = version_or_dash(a.gpulab_version);
+      r.commit = version_or_dash(a.gpulab_commit);
       return r;
     }
     case InputKind::kDoctor: return std::nullopt;

@@ -17,6 +17,7 @@
 #include "calibration_flags.h"
 #include "cli.h"
 #include "data_paths.h"
+#include "gpulab/git_commit.h"
 #include "gpulab/version.h"
 #include "image/dataset.h"
 #include "onnx/onnx_import.h"
@@ -265,7 +266,10 @@ int run_accuracy(AccuracyFlags f) {
         {"calibration", nullptr},
         {"fp32", scores_json(fp32_scores, labelled > 0)},
         {"environment",
-         {{"gpulab_version", GPULAB_VERSION}, {"command_line", f.command_line}, {"threads", threads}}}};
+         {{"gpulab_version", GPULAB_VERSION},
+          {"gpulab_commit", GPULAB_GIT_COMMIT},
+          {"command_line", f.command_line},
+          {"threads", threads}}}};
     if (calibration)
       j["calibration"] = {
           {"calibrator", std::string(calibrator_name(calibration->cache.calibrator))},

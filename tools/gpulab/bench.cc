@@ -14,6 +14,7 @@
 
 #include "build_flags.h"
 #include "cli.h"
+#include "gpulab/git_commit.h"
 #include "gpulab/version.h"
 #include "measure/bench.h"
 #include "measure/stats.h"
@@ -217,6 +218,7 @@ int run_bench(BenchFlags f, bool precision_given) {
   GPULAB_ASSIGN_OR_REPORT(measure::BenchResult result, measure::run_engine_bench(f.options, request));
   result.model = f.model_path.empty() ? f.plan_path : f.model_path;
   result.environment.gpulab_version = GPULAB_VERSION;
+  result.environment.gpulab_commit = GPULAB_GIT_COMMIT;
   result.environment.command_line = f.command_line;
 #ifdef GPULAB_BENCH_TELEMETRY
   fill_driver(result.environment);

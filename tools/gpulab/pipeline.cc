@@ -15,6 +15,7 @@
 #include "classifier.h"
 #include "cli.h"
 #include "data_paths.h"
+#include "gpulab/git_commit.h"
 #include "gpulab/version.h"
 #include "image/dataset.h"
 #include "pipeline/pipeline.h"
@@ -177,6 +178,7 @@ nlohmann::json to_json(const PipelineCliOptions& o, const Classifier& c, const P
       {"errors", std::move(errors)},
       {"environment",
        {{"gpulab_version", GPULAB_VERSION},
+        {"gpulab_commit", GPULAB_GIT_COMMIT},
         {"command_line", process_command_line()},
         {"hardware_threads", std::thread::hardware_concurrency()}}}};
   if (o.predictions) {

@@ -66,6 +66,7 @@ measure::BenchResult bench_result() {
   b->environment.cudnn_version = 91900;
   b->environment.start = measure::GpuState{.sm_clock_mhz = 1980, .power_limit_w = 700};
   b->environment.gpulab_version = "0.1.0";
+  b->environment.gpulab_commit = "77dd3cb0a1b2";
   b->ceilings = measure::Ceilings{.memory_gb_s = 3000, .tflops = 500, .source = "test"};
   const std::vector<measure::LayerTiming> layers = {{.name = "conv1",
                                                      .kind = "conv",
