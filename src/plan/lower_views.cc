@@ -504,12 +504,14 @@ Status ViewLowering::lower_linear(const Node& node) {
   st.weight = a_.add_weight(node.input(1), Shape{m, k}, wt, a_.dtype);
   // The fused epilogue: + bias, GELU, + residual (the last only without an activation).
   std::string out = node.outputs[0];
+  const Tensor* bias = nullptr;
+  std::string bias_name;
   if (const Node* add = only_reader(out, OpType::kAdd)) {
     const std::string other = add->input(0) == out ? add->input(1) : add->input(0);
-    const Tensor* bias = a_.graph.initializer(other);
-    if (bias && bias->dtype() == DataType::kFloat32 && bias->numel() == m) {
-      const DataType bias_type = a_.dtype == DataType::kBFloat16 ? DataType::kFloat32 : a_.dtype;
-      st.bias = a_.add_weight(other, Shape{m}, bias->f32(), bias_type);
+    const Tensor* t = a_.graph.initializer(other);
+    if (t && t->dtype() == DataType::kFloat32 && t->numel() == m) {
+      bias = t;
+      bias_name = other;
       fused_.insert(add->name);
       out = add->outputs[0];
     }
@@ -521,6 +523,15 @@ Status ViewLowering::lower_linear(const Node& node) {
     st.pointwise = tanh ? PointwiseFn::kGeluTanh : PointwiseFn::kGelu;
     fused_.insert(gelu->name);
     out = gelu->outputs[0];
+  }
+  if (bias) {
+    // BF16 layers keep their bias in float32 (8 significand bits would shift every output), and so
+    // do FP16 layers with a GELU: cuBLASLt 13.1 has no GELU_BIAS algorithm for a float16 bias under
+    // FP32 compute (status 7 for ViT-B's [100, 768] x [768, 3072] on an H100, 2026-12-05) and has
+    // one for a float32 bias.
+    const bool float32_bias = a_.dtype == DataType::kBFloat16 ||
+                              (a_.dtype == DataType::kFloat16 && st.pointwise == PointwiseFn::kGeluTanh);
+    st.bias = a_.add_weight(bias_name, Shape{m}, bias->f32(), float32_bias ? DataType::kFloat32 : a_.dtype);
   }
   GPULAB_ASSIGN_OR_RETURN(std::vector<int64_t> dims, per_image(node, out));
   GPULAB_ASSIGN_OR_RETURN(const Layout y, new_value(node, out, dims, order));

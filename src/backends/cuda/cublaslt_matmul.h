@@ -36,7 +36,7 @@ struct MatmulProblem {
   Precision precision = Precision::kFp32;
 };
 // Ok, or kInvalidArgument naming the first field that does not fit (sizes < 1, leading dims
-// smaller than a row, a GELU epilogue without bias, a float32 bias in a float32 problem ...).
+// smaller than a row, a float32 bias in a float32 problem, a GELU epilogue with a 16-bit bias ...).
 Status validate(const MatmulProblem& p);
 
 class CublasLtMatmul {

@@ -106,8 +106,8 @@ TEST_F(TransformerLibraries, LinearWithBiasAndGeluEpilogue) {
                     .dtype = dt};
     run_matmul(handles_.cublaslt(), p);
     if (dt != DataType::kFloat32) {
+      // GELU's epilogue takes a float32 bias (what lowering stores for such layers).
       p.gelu_tanh = true;
-      run_matmul(handles_.cublaslt(), p);
       p.bias_float32 = true;
       run_matmul(handles_.cublaslt(), p);
     }
@@ -176,6 +176,12 @@ TEST(MatmulProblem, ValidateNamesTheField) {
   p.ldc = 4;
   EXPECT_NE(validate(p).message().find("residual after the GELU"), std::string::npos)
       << validate(p).to_string();
+  p.has_c = false;
+  p.has_bias = true;
+  p.dtype = DataType::kFloat16;
+  EXPECT_NE(validate(p).message().find("takes a float32 bias"), std::string::npos) << validate(p).to_string();
+  p.bias_float32 = true;
+  EXPECT_TRUE(validate(p).is_ok()) << validate(p).to_string();
 }
 
 void strides_of(const std::array<int64_t, 4>& dims, std::array<int64_t, 4>& strides) {

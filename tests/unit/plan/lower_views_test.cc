@@ -183,6 +183,26 @@ TEST(LowerViews, ConvNeXtBlockNeedsNoLayoutSteps) {
     if (s.kind == StepKind::kLinear && s.name == "fc1") {
       EXPECT_EQ(s.pointwise, PointwiseFn::kGelu);
     }
+  // FP16: the GELU layer's bias is float32 (cuBLASLt's GELU_BIAS epilogue has no algorithm for a
+  // float16 one), the other layer's float16; check() above ran this plan in the interpreter.
+  BuildOptions fp16;
+  fp16.precision = Precision::kFp16;
+  fp16.max_batch = 2;
+  ASSERT_TRUE(g.infer_shapes().is_ok());
+  ASSERT_TRUE(run_passes(g).is_ok());
+  auto half = lower_graph(g, fp16);
+  ASSERT_TRUE(half.is_ok()) << half.status().to_string();
+  int linears = 0;
+  for (const PlanStep& s : half->steps) {
+    if (s.kind != StepKind::kLinear) continue;
+    ++linears;
+    ASSERT_GE(s.bias, 0) << s.name;
+    EXPECT_EQ(s.pointwise, s.name == "fc1" ? PointwiseFn::kGeluTanh : PointwiseFn::kIdentity) << s.name;
+    EXPECT_EQ(half->weights[static_cast<size_t>(s.bias)].dtype,
+              s.name == "fc1" ? DataType::kFloat32 : DataType::kFloat16)
+        << s.name;
+  }
+  EXPECT_EQ(linears, 2);
 }
 
 // A ViT encoder block: class token and position embedding, LayerNorm, packed QKV projection, heads
