@@ -18,6 +18,9 @@ struct GpuBackendOptions {
   // Pinned bytes per staging slot for decoded pixels, divided by the batch: images are packed, and
   // one that no longer fits is resized and cropped on the CPU (output_size^2 * 3 bytes, always
   // reserved). 0: 6 * min_decode_side(spec)^2 (393 KB per image for torchvision's 256).
+  // That CPU crop is 8-bit: for torchvision it is the preset's own result (PIL's resize gives
+  // 8-bit pixels), for TF-Slim it rounds the bilinear value the GPU path keeps in float (at most
+  // half a level).
   int64_t pixel_bytes_per_image = 0;
   bool use_cuda_graph = true;
 };
