@@ -254,22 +254,21 @@ int run_accuracy(AccuracyFlags f) {
       std::count_if(set.labels.begin(), set.labels.end(), [](int64_t l) { return l >= 0; });
   const Scores fp32_scores = score(fp32, set, fp32);
   if (f.json) {
-    nlohmann::json j = {
-        {"schema", "gpulab.accuracy"},
-        {"schema_version", 1},
-        {"model", f.model},
-        {"dataset", f.dataset},
-        {"images", set.size()},
-        {"labelled", labelled},
-        {"gate", f.gate_percent / 100.0},
-        {"emulated", "cpu"},
-        {"calibration", nullptr},
-        {"fp32", scores_json(fp32_scores, labelled > 0)},
-        {"environment",
-         {{"gpulab_version", GPULAB_VERSION},
-          {"gpulab_commit", GPULAB_GIT_COMMIT},
-          {"command_line", f.command_line},
-          {"threads", threads}}}};
+    nlohmann::json j = {{"schema", "gpulab.accuracy"},
+                        {"schema_version", 1},
+                        {"model", f.model},
+                        {"dataset", f.dataset},
+                        {"images", set.size()},
+                        {"labelled", labelled},
+                        {"gate", f.gate_percent / 100.0},
+                        {"emulated", "cpu"},
+                        {"calibration", nullptr},
+                        {"fp32", scores_json(fp32_scores, labelled > 0)},
+                        {"environment",
+                         {{"gpulab_version", GPULAB_VERSION},
+                          {"gpulab_commit", GPULAB_GIT_COMMIT},
+                          {"command_line", f.command_line},
+                          {"threads", threads}}}};
     if (calibration)
       j["calibration"] = {
           {"calibrator", std::string(calibrator_name(calibration->cache.calibrator))},

@@ -133,7 +133,8 @@ TEST(Calibration, CacheIsReusedOnlyForItsModel) {
     EXPECT_NE(r.status().message().find("Delete it to calibrate again"), std::string::npos)
         << r.status().message();
   }
-  ASSERT_TRUE(write_file_atomic(dir / "truncated.json", std::string_view("{\"schema\": \"gpulab.calib")).is_ok());
+  ASSERT_TRUE(
+      write_file_atomic(dir / "truncated.json", std::string_view("{\"schema\": \"gpulab.calib")).is_ok());
   EXPECT_EQ(load_calibration_cache(dir / "truncated.json", "x").status().code(), StatusCode::kInvalidFile);
   EXPECT_EQ(load_calibration_cache(dir / "missing.json", "x").status().code(), StatusCode::kNotFound);
   fs::remove_all(dir);
