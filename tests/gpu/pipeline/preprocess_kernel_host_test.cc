@@ -65,8 +65,12 @@ TEST(PreprocessKernelOnHost, TorchvisionWithinOneLevelOfTheCpuPreset) {
 TEST(PreprocessKernelOnHost, TfSlimEqualsPreprocess) {
   const PreprocessSpec spec = PreprocessSpec::tf_slim_inception();
   std::vector<float> expected(static_cast<size_t>(spec.image_numel()));
-  for (const Case& c : std::vector<Case>{{333, 257, 333, 257}, {512, 384, 512, 384}, {97, 61, 97, 61},
-                                        {512, 600, 512, 600}, {512, 929, 512, 929}, {300, 901, 300, 901}}) {
+  for (const Case& c : std::vector<Case>{{333, 257, 333, 257},
+                                         {512, 384, 512, 384},
+                                         {97, 61, 97, 61},
+                                         {512, 600, 512, 600},
+                                         {512, 929, 512, 929},
+                                         {300, 901, 300, 901}}) {
     const Image image = testing::gradient_image(c.width, c.height);
     ASSERT_TRUE(preprocess(image, spec, expected).is_ok());
     const kernels::PreprocessImage d = describe(image, c, spec);
