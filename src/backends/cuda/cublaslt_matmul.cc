@@ -48,8 +48,9 @@ Status validate(const MatmulProblem& p) {
   // Measured on an H100 with cuBLASLt 13.1 (2026-12-05): GELU_BIAS under FP32 compute finds no
   // algorithm for a float16 or bfloat16 bias (status 7) and finds one for a float32 bias.
   if (p.gelu_tanh && p.has_bias && p.dtype != DataType::kFloat32 && !p.bias_float32)
-    return bad("a GELU epilogue in a 16-bit problem takes a float32 bias (cuBLASLt has no algorithm for a "
-               "16-bit one)");
+    return bad(
+        "a GELU epilogue in a 16-bit problem takes a float32 bias (cuBLASLt has no algorithm for a "
+        "16-bit one)");
   if (p.bias_float32 && p.dtype == DataType::kFloat32) return bad("a float32 bias flag in a float32 problem");
   if (p.dtype != DataType::kFloat32 && p.dtype != DataType::kFloat16 && p.dtype != DataType::kBFloat16)
     return bad("dtype must be float32, float16 or bfloat16");
