@@ -49,8 +49,10 @@ fi
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv \
   | tee "$out/gpu.txt"
+# The torchvision fixtures need the python3 with torch on PATH (the host's venv): CMake would pick
+# /usr/bin/python3 first, which has no numpy there.
 timeout 120 cmake --preset gpuhost -G Ninja -B "$build" ${fe:+-DGPULAB_CUDNN_FRONTEND_INCLUDE_DIR=$fe} \
-  ${cutlass:+-DGPULAB_CUTLASS_INCLUDE_DIR=$cutlass} \
+  ${cutlass:+-DGPULAB_CUTLASS_INCLUDE_DIR=$cutlass} -DGPULAB_TV_FIXTURE_PYTHON3="$(command -v python3)" \
   > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 (PYTHONUNBUFFERED=1 timeout 300 python3 tests/fixtures/make_model_fixtures.py --out "$build/fixtures" \
   > "$out/fixtures.log" 2>&1) &
