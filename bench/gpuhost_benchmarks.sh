@@ -7,6 +7,8 @@
 # COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # The data set is read from $GPULAB_DATASET_DIR (default .gpuhost/data/imagenet-sample-256).
+# Set GPULAB_GIT_COMMIT to the commit whose tree was copied: the copy's .git does not say it, and
+# every result records it (cmake/write_git_commit.cmake).
 set -uo pipefail
 budget=${1:-540}
 stages=" ${STAGES:-tests accuracy bench compare} "
