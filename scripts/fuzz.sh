@@ -32,7 +32,12 @@ seeds=$build/seeds
 build_and_seed() {
   [ -f "$build/build.ninja" ] || cmake --preset fuzz >/dev/null
   cmake --build --preset fuzz -- -j"${GPULAB_FUZZ_JOBS:-2}" "$@" >/dev/null
-  if [ ! -f "$seeds/.complete" ]; then
+  # The seeds are generated again when their generators change (a new target's seeds included):
+  # .complete holds the generators' hash.
+  local stamp
+  stamp=$(cat tests/fuzz/make_seeds.py tests/fuzz/make_plan_seeds.cc | sha256sum | cut -c1-64)
+  if [ "$(cat "$seeds/.complete" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$seeds"
     local python=/usr/bin/python3
     [ -x "$python" ] || python=python3
     "$python" tests/fuzz/make_seeds.py --out "$seeds" >/dev/null
@@ -40,7 +45,7 @@ build_and_seed() {
     # Sweep results: what a simulated sweep writes (build/ci's gpulab, when the ci preset is built).
     mkdir -p "$seeds/sweep_json"
     cp tests/fuzz/corpus/sweep_json/* "$seeds/sweep_json/" 2>/dev/null || true
-    touch "$seeds/.complete"
+    echo "$stamp" > "$seeds/.complete"
   fi
   # Result files of every kind gpulab report reads (its own check, so older seed folders get them):
   # the fixtures of the GPU commands, the simulated sweep, the pipeline's CPU record; doctor's and
