@@ -71,7 +71,7 @@ Result<CalibrationStatistics> collect_statistics(const Graph& graph,
 struct CalibrationCache {
   std::string model;       // the ONNX file's name, for people
   std::string model_hash;  // model_file_hash()
-  Calibrator calibrator = Calibrator::kEntropy;
+  Calibrator calibrator = Calibrator::kPercentile;
   double percentile = 99.99;
   int64_t images = 0;
   std::map<std::string, float> amax;  // by value name

@@ -16,7 +16,7 @@ void add_calibration_flags(CLI::App* sub, CalibrationFlags* flags, int64_t defau
   flags->images = default_images;
   sub->add_option("--calibration-data", flags->data,
                   "INT8/FP8: folder of images to calibrate on (its labels.tsv's images, or its image files)");
-  sub->add_option("--calibrator", flags->calibrator, "INT8/FP8: entropy (default), percentile or minmax")
+  sub->add_option("--calibrator", flags->calibrator, "INT8/FP8: percentile (default), entropy or minmax")
       ->check(CLI::IsMember({"entropy", "percentile", "minmax"}));
   sub->add_option("--percentile", flags->percentile,
                   "The percentile calibrator's percentile of |x| (default 99.99)")
@@ -71,7 +71,10 @@ Result<Calibration> calibrate_model(const CalibrationFlags& flags, const std::st
         "the "
         "model's inputs), or --calibration-cache FILE made for this model.");
   GPULAB_ASSIGN_OR_RETURN(out.images, picked_calibration_images(flags));
-  Calibrator calibrator = Calibrator::kEntropy;
+  // Percentile by default: on the bundled MobileNetV2 (800 photos, 2026-12-05) it gave 97.75% top-1
+  // agreement with FP32 in INT8 against entropy's 95.63% and minmax's 97.63%, and with --fallback
+  // auto kept 55% of the FLOPs in INT8 at 99% against entropy's 50% (docs/performance.md).
+  Calibrator calibrator = Calibrator::kPercentile;
   if (!flags.calibrator.empty()) {
     GPULAB_ASSIGN_OR_RETURN(calibrator, parse_calibrator(flags.calibrator));
   }
