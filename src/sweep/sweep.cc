@@ -437,7 +437,10 @@ struct Runner {
   bool interrupted() const { return context.interrupted && context.interrupted->load(); }
 
   void publish() {
-    result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    // A resumed sweep's time includes the runs it resumes (the record of a sweep over several
+    // GPU-host calls, 2026-12-05, said only its last call's 373 s).
+    const double before = context.resume ? context.resume->seconds : 0.0;
+    result.seconds = before + std::chrono::duration<double>(Clock::now() - start).count();
     if (context.observer) context.observer(result);
   }
 
