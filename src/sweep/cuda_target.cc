@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_check.h"
+#include "core/log.h"
 #include "image/decode.h"
 #include "image/preprocess.h"
 #include "measure/bandwidth.h"
@@ -37,7 +38,9 @@ std::vector<int64_t> top1(const Tensor& logits) {
 
 class CudaTarget final : public SweepTarget {
  public:
-  explicit CudaTarget(CudaTargetOptions options) : options_(std::move(options)) {}
+  explicit CudaTarget(CudaTargetOptions options) : options_(std::move(options)) {
+    if (cudaDeviceGetLimit(&stack_limit_, cudaLimitStackSize) != cudaSuccess) stack_limit_ = 0;
+  }
 
   TargetInfo info() const override {
     cudaDeviceProp prop{};
@@ -73,6 +76,7 @@ class CudaTarget final : public SweepTarget {
     GPULAB_ASSIGN_OR_RETURN(engine_, Engine::build_from_onnx(options_.model_path, build));
     precision_ = precision;
     tactics_ = build.time_tactics ? "timed" : "heuristic";
+    log_memory(fmt::format("the {} plan build at batch {}", precision_name(precision), batch));
     return facts("build", seconds_since(start));
   }
 
@@ -101,6 +105,7 @@ class CudaTarget final : public SweepTarget {
     engine_.reset();
     // Work still queued holds memory until it ends; the next reading must see it freed.
     cudaDeviceSynchronize();
+    restore_stack_limit();
   }
 
   std::optional<int64_t> device_memory_used_bytes() override {
@@ -111,7 +116,9 @@ class CudaTarget final : public SweepTarget {
   }
 
   Result<measure::Ceilings> ceilings(Precision precision) override {
-    return measure::measure_ceilings(options_.device, std::string(precision_name(precision)));
+    auto c = measure::measure_ceilings(options_.device, std::string(precision_name(precision)));
+    log_memory(fmt::format("the {} ceilings", precision_name(precision)));
+    return c;
   }
 
   Result<double> h2d_gb_s() override {
@@ -146,10 +153,37 @@ class CudaTarget final : public SweepTarget {
     a.agreement = static_cast<double>(same) / static_cast<double>(top1s.size());
     if (labelled > 0) a.top1_accuracy = static_cast<double>(correct) / static_cast<double>(labelled);
     a.seconds = seconds_since(start);
+    log_memory(fmt::format("the {} accuracy gate", precision_name(precision)));
     return a;
   }
 
  private:
+  // A kernel that needs more local memory per thread than the stack limit raises the limit, and
+  // the driver keeps local memory for that much on every thread the GPU can hold (gigabytes for a
+  // few tens of KiB) after the kernel ends. Some library kernels timed at plan build do; setting
+  // the limit back to the process's starting value gives that memory back before the next point.
+  void restore_stack_limit() {
+    size_t now = 0;
+    if (stack_limit_ == 0 || cudaDeviceGetLimit(&now, cudaLimitStackSize) != cudaSuccess ||
+        now <= stack_limit_)
+      return;
+    const auto before = device_memory_used_bytes();
+    if (cudaDeviceSetLimit(cudaLimitStackSize, stack_limit_) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    const auto after = device_memory_used_bytes();
+    log_info("sweep: the per-thread stack limit had grown from {} to {} bytes; set back ({} -> {} MiB in use)",
+             stack_limit_, now, before.value_or(0) >> 20, after.value_or(0) >> 20);
+  }
+
+  void log_memory(std::string_view after) {
+    size_t stack = 0;
+    cudaDeviceGetLimit(&stack, cudaLimitStackSize);
+    log_debug("sweep: {} MiB of device memory in use after {} (stack limit {} bytes per thread)",
+              device_memory_used_bytes().value_or(-1) >> 20, after, stack);
+  }
+
   Result<PlanFacts> facts(std::string source, double seconds) const {
     const EngineInfo& info = engine_->info();
     PlanFacts f{
@@ -218,6 +252,7 @@ class CudaTarget final : public SweepTarget {
   std::vector<LabelledImage> gate_images_;
   std::vector<Tensor> gate_batches_;
   std::vector<int64_t> reference_top1_;
+  size_t stack_limit_ = 0;  // cudaLimitStackSize when the target was made
 };
 
 }  // namespace
