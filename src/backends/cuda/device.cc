@@ -9,6 +9,11 @@
 namespace gpulab::cuda {
 
 Status cuda_status(cudaError_t error, const char* call, const char* file, int line) {
+  // A failed call also leaves its error as the thread's last error; unless cleared, the next
+  // kernel launch check (cudaGetLastError) reports it as that kernel's failure. A sweep point
+  // that ran out of memory in cudaMalloc made the next point's first launch fail that way. Sticky
+  // errors are not cleared by this; they are reported again by every later call anyway.
+  (void)cudaGetLastError();
   const std::string message = fmt::format("{}:{}: {} failed: {} ({})", file, line, call,
                                           cudaGetErrorName(error), cudaGetErrorString(error));
   if (error == cudaErrorMemoryAllocation)
