@@ -63,6 +63,10 @@ struct BuildOptions {
   int64_t max_batch = 32;         // contexts accept batches 1..max_batch
   std::string timing_cache_path;  // read before and written after tactic timing; "" = none
   bool time_tactics = true;       // false: take cuDNN's heuristic first choice (fast builds)
+  // Time (or look up in the timing cache) convolution tactics at this batch when it is smaller
+  // than max_batch, and use them at max_batch where they run there (checked at build): a plan for
+  // a large batch costs the timing of a smaller one and shares its cache entries. 0: at max_batch.
+  int64_t tactic_batch = 0;
   // Per-layer override by node name (e.g. {"conv1", kFp32}): FP32/TF32 overrides of
   // convolutions in a lower-precision plan; in an INT8/FP8 plan also FP16 (and FP32/TF32) overrides
   // of convolutions and Gemms (the accuracy gate's fallback layers).

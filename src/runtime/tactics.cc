@@ -140,6 +140,9 @@ struct SelectionContext {
   const PlanTarget& target;
   const std::string& key_suffix;  // timing_key_suffix(options)
   TimingRig& rig;
+  // The batch tactics are timed (and looked up in the timing cache) at: the plan's max batch, or
+  // BuildOptions::tactic_batch when that is smaller.
+  int64_t batch;
 };
 
 // The workspace a cuDNN candidate may use (tactic_timing::workspace_limit), logged.
@@ -327,11 +330,12 @@ Status time_own(TimingRig& rig, const PlanStep& step, const cuda::ConvProblem& p
 
 // The step's input, weight, bias and residual at the plan's max batch in the rig's scratch
 // buffers (never zeros), and the pointers a launch takes.
-Result<cuda::ConvPointers> stage_timing_buffers(const Plan& plan, const PlanStep& step, TimingRig& rig) {
+Result<cuda::ConvPointers> stage_timing_buffers(const Plan& plan, const PlanStep& step, int64_t batch,
+                                                TimingRig& rig) {
   const PlanValue& xv = plan.values[step.inputs[0]];
   const PlanValue& yv = plan.values[step.output];
-  const size_t x_bytes = static_cast<size_t>(xv.bytes_per_image() * plan.max_batch);
-  const size_t y_bytes = static_cast<size_t>(yv.bytes_per_image() * plan.max_batch);
+  const size_t x_bytes = static_cast<size_t>(xv.bytes_per_image() * batch);
+  const size_t y_bytes = static_cast<size_t>(yv.bytes_per_image() * batch);
   const auto& weight = plan.weights[step.weight].bytes;
   GPULAB_TRY(rig.x.ensure(x_bytes, "tactic timing input"));
   GPULAB_TRY(rig.y.ensure(y_bytes, "tactic timing output"));
@@ -365,7 +369,7 @@ void log_search_outcome(const PlanStep& step, const CudnnSearch& search, int64_t
 // chunk by chunk, where nothing ran over the whole batch (or on every long layer, kSearch).
 Status time_batch_chunks(const SelectionContext& c, const PlanStep& step, const cuda::ConvProblem& problem,
                          const cuda::ConvPointers& ptrs, Best& best) {
-  if (!tactic_timing::try_chunks(c.options.batch_chunks, c.plan.max_batch, best.ms)) return Status::ok();
+  if (!tactic_timing::try_chunks(c.options.batch_chunks, c.batch, best.ms)) return Status::ok();
   constexpr int64_t kChunk = tactic_timing::kChunkImages;
   const cuda::ConvProblem part = conv_problem(c.plan, step, kChunk);
   // A timing cache entry for that problem (a plan built at batch kChunk) is its best tactic of
@@ -408,7 +412,7 @@ OwnKernels own_kernels_for(const cuda::ConvProblem& problem) {
 Result<Best> time_candidates(const SelectionContext& c, const PlanStep& step,
                              const cuda::ConvProblem& problem, const OwnKernels& own, CudnnSearch& search) {
   TimingRig& rig = c.rig;
-  GPULAB_ASSIGN_OR_RETURN(const cuda::ConvPointers ptrs, stage_timing_buffers(c.plan, step, rig));
+  GPULAB_ASSIGN_OR_RETURN(const cuda::ConvPointers ptrs, stage_timing_buffers(c.plan, step, c.batch, rig));
   GPULAB_TRY(run_search(rig, search, problem, ptrs));
   Best best{.ms = search.best_ms, .tactic = search.best};
   log_search_outcome(step, search, rig.ws_limit);
@@ -455,8 +459,8 @@ bool take_cached(const SelectionContext& c, const std::string& key, PlanStep& st
 
 // The tactic of one conv step: the depthwise kernel for a folded cast, else the timing cache's,
 // else (without time_tactics) the first that builds, else the fastest of all candidates.
-Status select_conv_tactic(const SelectionContext& c, PlanStep& step, TacticReport& report) {
-  const cuda::ConvProblem problem = conv_problem(c.plan, step, c.plan.max_batch);
+Status choose_conv_tactic(const SelectionContext& c, PlanStep& step, TacticReport& report) {
+  const cuda::ConvProblem problem = conv_problem(c.plan, step, c.batch);
   if (problem.x_dtype) {
     // A folded cast (fold_input_casts): the depthwise kernel is the one kernel that reads x in
     // another type than y, so there is nothing to time.
@@ -498,8 +502,53 @@ Status select_conv_tactic(const SelectionContext& c, PlanStep& step, TacticRepor
   count_tactic(report, best.tactic);
   if (search.best.empty() && conv_kernel_of_tactic(best.tactic) != ConvKernel::kCudnn)
     ++report.fallback_layers;
-  log_info("tactics: {}: {} ({:.4f} ms at batch {})", step.name, best.tactic, best.ms, c.plan.max_batch);
+  log_info("tactics: {}: {} ({:.4f} ms at batch {})", step.name, best.tactic, best.ms, c.batch);
   if (c.cache) c.cache->put(key, TimingEntry{best.tactic, best.ms});
+  return Status::ok();
+}
+
+// OK when `tactic`, chosen at a smaller batch (BuildOptions::tactic_batch), runs `full` (the plan's
+// max batch): cuDNN's engine configuration builds for it within the workspace limit, or the own
+// kernel accepts it. A chunked tactic runs its chunks at the size it was chosen at, and its
+// remainder on a plan of its own (conv_step.h).
+Status check_runs_at_max_batch(const SelectionContext& c, const std::string& tactic,
+                               const cuda::ConvProblem& full) {
+  const cuda::DirectConvDesc desc = direct_conv_desc(full);
+  switch (conv_kernel_of_tactic(tactic)) {
+    case ConvKernel::kDirect:
+    case ConvKernel::kQ8Direct: return Status::ok();
+    case ConvKernel::kDepthwise: return cuda::validate_depthwise_conv(desc);
+    case ConvKernel::kCutlass:
+      return cuda::cutlass_conv_supports(desc) ? Status::ok()
+                                               : Status::unsupported("the CUTLASS convolution refuses it");
+    case ConvKernel::kWgmma3x3:
+      return cuda::wgmma_conv_supports(desc) ? Status::ok()
+                                             : Status::unsupported("the wgmma convolution refuses it");
+    case ConvKernel::kCudnn: break;
+  }
+  if (tactic.empty() || parse_chunked_tactic(tactic)) return Status::ok();
+  GPULAB_ASSIGN_OR_RETURN(const auto conv, cuda::CudnnConv::with_tactic(c.rig.libs.cudnn(), full, tactic));
+  if (conv->workspace_bytes() > c.rig.ws_limit)
+    return Status::unsupported(fmt::format("it needs {} MiB of workspace, over the {} MiB limit",
+                                           conv->workspace_bytes() >> 20, c.rig.ws_limit >> 20));
+  return Status::ok();
+}
+
+// The tactic of one conv step, chosen at c.batch; when that is smaller than the plan's max batch,
+// checked there, and where it does not run there, cuDNN's first candidate that builds for the max
+// batch (else the direct convolution).
+Status select_conv_tactic(const SelectionContext& c, PlanStep& step, TacticReport& report) {
+  GPULAB_TRY(choose_conv_tactic(c, step, report));
+  if (c.batch >= c.plan.max_batch) return Status::ok();
+  const cuda::ConvProblem full = conv_problem(c.plan, step, c.plan.max_batch);
+  const Status runs = check_runs_at_max_batch(c, step.tactic, full);
+  if (runs.is_ok()) return Status::ok();
+  log_info(
+      "tactics: {}: {} (chosen at batch {}) does not run at batch {}: {}; taking cuDNN's first candidate",
+      step.name, step.tactic, c.batch, c.plan.max_batch, runs.message());
+  CudnnSearch search = make_search(c.rig, full, step.name);
+  step.tactic = first_buildable(search, c.rig.ws_limit);
+  if (step.tactic.empty()) use_direct_fallback(step, report);
   return Status::ok();
 }
 
@@ -512,12 +561,17 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   const std::string key_suffix = timing_key_suffix(options);
   TimingRig rig(ws_limit);
   GPULAB_TRY(rig.init());
-  const SelectionContext context{.plan = plan,
-                                 .options = options,
-                                 .cache = cache,
-                                 .target = target,
-                                 .key_suffix = key_suffix,
-                                 .rig = rig};
+  const SelectionContext context{
+      .plan = plan,
+      .options = options,
+      .cache = cache,
+      .target = target,
+      .key_suffix = key_suffix,
+      .rig = rig,
+      .batch = options.tactic_batch > 0 ? std::min(options.tactic_batch, plan.max_batch) : plan.max_batch};
+  if (context.batch < plan.max_batch)
+    log_info("tactics: chosen at batch {} for a plan of max batch {} (--tactic-batch)", context.batch,
+             plan.max_batch);
   for (auto& step : plan.steps) {
     if ((step.kind == StepKind::kGemm || step.kind == StepKind::kConv) && is_quantized(step.precision)) {
       step.tactic = std::string(kQ8DirectTactic);

@@ -71,11 +71,15 @@ class CudaTarget final : public SweepTarget {
     build.precision = precision;
     build.max_batch = batch;
     build.device = options_.device;
-    if (options_.timed_tactics_max_batch > 0 && batch > options_.timed_tactics_max_batch)
-      build.time_tactics = false;
+    if (build.time_tactics && build.tactic_batch == 0 && options_.timed_tactics_max_batch > 0 &&
+        batch > options_.timed_tactics_max_batch)
+      build.tactic_batch = options_.timed_tactics_max_batch;
     GPULAB_ASSIGN_OR_RETURN(engine_, Engine::build_from_onnx(options_.model_path, build));
     precision_ = precision;
-    tactics_ = build.time_tactics ? "timed" : "heuristic";
+    tactics_ = !build.time_tactics ? "heuristic"
+               : build.tactic_batch > 0 && build.tactic_batch < batch
+                   ? fmt::format("timed at {}", build.tactic_batch)
+                   : "timed";
     log_memory(fmt::format("the {} plan build at batch {}", precision_name(precision), batch));
     return facts("build", seconds_since(start));
   }
@@ -173,8 +177,9 @@ class CudaTarget final : public SweepTarget {
       return;
     }
     const auto after = device_memory_used_bytes();
-    log_info("sweep: the per-thread stack limit had grown from {} to {} bytes; set back ({} -> {} MiB in use)",
-             stack_limit_, now, before.value_or(0) >> 20, after.value_or(0) >> 20);
+    log_info(
+        "sweep: the per-thread stack limit had grown from {} to {} bytes; set back ({} -> {} MiB in use)",
+        stack_limit_, now, before.value_or(0) >> 20, after.value_or(0) >> 20);
   }
 
   void log_memory(std::string_view after) {

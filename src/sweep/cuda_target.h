@@ -16,9 +16,11 @@ struct CudaTargetOptions {
   int device = 0;
   int accuracy_batch = 64;  // images per inference of the accuracy gate
   bool include_transfers = false;
-  // Plans for larger batches take cuDNN's heuristic choice instead of timing every candidate:
-  // timing at tens of thousands of images takes minutes per plan (a FP32 ResNet-18 plan at batch
-  // 1024 took 77 s on the H200). 0: time at every batch.
+  // Plans for larger batches take the tactics timed at this batch (BuildOptions::tactic_batch,
+  // checked at their own batch) instead of timing every candidate: timing at tens of thousands of
+  // images takes minutes per plan (a FP32 ResNet-18 plan at batch 1024 took 77 s on the H200), and
+  // cuDNN's heuristic first choice, used here before, ran FP32 ResNet-18 at 500 img/s on an H100
+  // (bench/results/2026-12-05-eb666af). 0: time at every batch.
   int64_t timed_tactics_max_batch = 1024;
 };
 

@@ -48,7 +48,9 @@ struct PlanFacts {
   int64_t input_bytes_per_image = 0;  // what the H2D copy moves per image (float32 NCHW)
   int64_t max_batch = 0;              // the plan's max batch
   std::string source;                 // "build" or "reuse" (the previous point's plan covers the batch)
-  std::string tactics;  // "timed" (or from the timing cache), "heuristic" (cuDNN's first choice), "simulated"
+  // "timed" (or from the timing cache), "timed at N" (chosen at batch N, --timed-tactics-up-to),
+  // "heuristic" (cuDNN's first choice), "simulated"
+  std::string tactics;
   double seconds = 0;   // host time the plan took
 };
 

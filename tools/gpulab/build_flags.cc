@@ -29,6 +29,11 @@ void add_build_flags(CLI::App* sub, BuildFlags* flags, std::string_view help_pre
       "--max-workspace-mib", flags->max_workspace_mib,
       help("Skip cuDNN candidates that need more workspace than this (MiB; 0..1048576; default: a "
            "quarter of the GPU's free memory)"));
+  sub->add_option(
+      "--tactic-batch", flags->tactic_batch,
+      help("Time convolution tactics at this batch when it is below the max batch, and use them at "
+           "the max batch (checked there): a much shorter build that shares the timing cache's "
+           "entries for this batch (default: time at the max batch)"));
 }
 
 Result<BuildOptions> build_options_from(const BuildFlags& flags) {
@@ -38,6 +43,12 @@ Result<BuildOptions> build_options_from(const BuildFlags& flags) {
         fmt::format("--max-workspace-mib: {} is outside 0..{}. Give the most workspace, in MiB, a cuDNN "
                     "candidate may use (without it: a quarter of the GPU's free memory).",
                     *flags.max_workspace_mib, kMaxWorkspaceMib));
+  }
+  if (flags.tactic_batch && (*flags.tactic_batch < 1 || *flags.tactic_batch > (int64_t{1} << 20))) {
+    return Status::invalid_argument(
+        fmt::format("--tactic-batch: {} is outside 1..1048576. Give the batch to time tactics at (below the "
+                    "max batch to shorten the build).",
+                    *flags.tactic_batch));
   }
   BuildOptions options;
   if (!flags.batch_chunks.empty()) {
@@ -54,6 +65,7 @@ Result<BuildOptions> build_options_from(const BuildFlags& flags) {
   options.fuse_stem = !flags.no_fuse_stem;
   options.fold_input_casts = !flags.no_fold_casts;
   if (flags.max_workspace_mib) options.max_workspace_bytes = *flags.max_workspace_mib << 20;
+  if (flags.tactic_batch) options.tactic_batch = *flags.tactic_batch;
   return options;
 }
 
@@ -64,7 +76,8 @@ const char* first_build_flag_given(const BuildFlags& flags) {
                                                 {"--no-fold-casts", flags.no_fold_casts},
                                                 {"--batch-chunks", !flags.batch_chunks.empty()},
                                                 {"--no-batch-chunks", flags.no_batch_chunks},
-                                                {"--max-workspace-mib", flags.max_workspace_mib.has_value()}};
+                                                {"--max-workspace-mib", flags.max_workspace_mib.has_value()},
+                                                {"--tactic-batch", flags.tactic_batch.has_value()}};
   for (const auto& [flag, is_given] : given)
     if (is_given) return flag;
   return nullptr;

@@ -505,8 +505,8 @@ void add_sweep_command(CLI::App& app) {
       ->excludes(device);
   sub->add_option(
          "--timed-tactics-up-to", flags->timed_tactics_max_batch,
-         "Plans above this batch take cuDNN's heuristic tactics instead of timing each candidate (0: "
-         "time at every batch)")
+         "Plans above this batch use the tactics timed at this batch (checked at their own) instead of "
+         "timing each candidate again (0: time at every batch)")
       ->capture_default_str();
   add_build_flags(sub, &flags->build);
   on_run(sub, [flags] {

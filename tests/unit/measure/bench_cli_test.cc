@@ -60,6 +60,8 @@ TEST_F(BenchCli, BadValuesAreUsageErrorsNamingTheFlag) {
       {"--precision fp8", "--precision: 'fp8'"},
       {"--max-workspace-mib=-1", "--max-workspace-mib: -1 is outside 0..1048576"},
       {"--max-workspace-mib 1048577", "--max-workspace-mib: 1048577"},
+      {"--tactic-batch 0", "--tactic-batch: 0 is outside 1..1048576"},
+      {"--tactic-batch 1048577", "--tactic-batch: 1048577"},
       {"--json same.json --export-times same.json", "--json and --export-times"},
   };
   for (const BadFlag& c : cases) {
@@ -85,7 +87,8 @@ TEST_F(BenchCli, ModelOrPlanIsRequired) {
 
   // Build options would be ignored for a plan: refused, naming the flag.
   for (const char* flag : {"--no-fuse-stem", "--no-fold-casts", "--no-batch-chunks", "--batch-chunks search",
-                           "--no-stem-space-to-depth", "--max-workspace-mib 64", "--timing-cache tc.json"}) {
+                           "--no-stem-space-to-depth", "--max-workspace-mib 64", "--timing-cache tc.json",
+                           "--tactic-batch 64"}) {
     const CliRun run = run_gpulab("bench --plan " + model_ + " " + flag);
     EXPECT_EQ(run.exit_code, exit_code_for(StatusCode::kInvalidArgument)) << flag << "\n" << run.output;
     const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
@@ -116,7 +119,7 @@ TEST_F(BenchCli, BuildChecksTheSharedBuildFlags) {
       << both.output;
   const CliRun help = run_gpulab("build --help");
   for (const char* flag : {"--timing-cache", "--no-stem-space-to-depth", "--no-fuse-stem", "--no-fold-casts",
-                           "--batch-chunks", "--no-batch-chunks", "--max-workspace-mib"})
+                           "--batch-chunks", "--no-batch-chunks", "--max-workspace-mib", "--tactic-batch"})
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag << "\n" << help.output;
 }
 
@@ -169,7 +172,8 @@ TEST_F(BenchCli, HelpListsEveryFlag) {
                            "--no-fold-casts",
                            "--batch-chunks",
                            "--no-batch-chunks",
-                           "--max-workspace-mib"}) {
+                           "--max-workspace-mib",
+                           "--tactic-batch"}) {
     EXPECT_NE(run.output.find(flag), std::string::npos) << flag << "\n" << run.output;
   }
 }
