@@ -527,8 +527,9 @@ Status ViewLowering::lower_linear(const Node& node) {
   if (bias) {
     // BF16 layers keep their bias in float32 (8 significand bits would shift every output), and so
     // do FP16 layers with a GELU: cuBLASLt 13.1 has no GELU_BIAS algorithm for a float16 bias under
-    // FP32 compute (status 7 for ViT-B's [100, 768] x [768, 3072] on an H100, 2026-12-05) and has
-    // one for a float32 bias.
+    // FP32 compute (status 7 for ViT-B's [100, 768] x [768, 3072] on an H100, 2026-12-05). It had
+    // none for a float32 one either in a later run; the runtime then adds the bias and the GELU
+    // with kernels of its own (prepare_matmul_plan), which read a float32 bias too.
     const bool float32_bias = a_.dtype == DataType::kBFloat16 ||
                               (a_.dtype == DataType::kFloat16 && st.pointwise == PointwiseFn::kGeluTanh);
     st.bias = a_.add_weight(bias_name, Shape{m}, bias->f32(), float32_bias ? DataType::kFloat32 : a_.dtype);

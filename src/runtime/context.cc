@@ -103,7 +103,7 @@ Status ContextImpl::prepare_view_step(size_t i, int64_t batch, BatchState& state
   GPULAB_ASSIGN_OR_RETURN(state.matmul_launches[i], matmul_launch(plan, step, batch));
   GPULAB_ASSIGN_OR_RETURN(
       state.matmuls[i],
-      cuda::CublasLtMatmul::create(libs_.cublaslt(), state.matmul_launches[i].problem, kGemmWorkspaceBytes));
+      prepare_matmul_plan(libs_.cublaslt(), step, state.matmul_launches[i], kGemmWorkspaceBytes));
   return Status::ok();
 }
 

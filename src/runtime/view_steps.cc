@@ -4,6 +4,7 @@
 
 #include "backends/cuda/kernels/kernels.h"
 #include "backends/cuda/kernels/view_kernels.h"
+#include "core/log.h"
 
 namespace gpulab {
 namespace {
@@ -33,11 +34,12 @@ Status layout_error(const PlanStep& step, const std::string& what) {
                                       step_kind_name(step.kind), what));
 }
 
-// The elementwise GELU of an FP32/TF32 kLinear step, after cuBLASLt's bias epilogue.
-Status exact_gelu(const StepLaunch& l) {
+// The elementwise GELU of a kLinear step after cuBLASLt's bias epilogue: the exact one of an
+// FP32/TF32 step, or the tanh form where cuBLASLt has no GELU epilogue (MatmulLaunch::separate_gelu).
+Status gelu_after(const StepLaunch& l, kernels::UnaryOp op) {
   const PlanValue& y = l.plan.values[static_cast<size_t>(l.step.output)];
   kernels::UnaryDesc d;
-  d.op = kernels::UnaryOp::kGelu;
+  d.op = op;
   d.count = l.batch * elements(y);
   d.dtype = y.dtype;
   return kernels::launch_unary(d, l.value(l.step.output), l.value(l.step.output), l.stream);
@@ -129,6 +131,33 @@ Result<MatmulLaunch> matmul_launch(const Plan& plan, const PlanStep& step, int64
     m.d_step = ey;
   }
   return m;
+}
+
+Result<std::unique_ptr<cuda::CublasLtMatmul>> prepare_matmul_plan(cublasLtHandle_t handle,
+                                                                  const PlanStep& step, MatmulLaunch& launch,
+                                                                  int64_t workspace_bytes) {
+  cuda::MatmulProblem& p = launch.problem;
+  auto plan = cuda::CublasLtMatmul::create(handle, p, workspace_bytes);
+  const auto unsupported = [&plan] {
+    return !plan.is_ok() && plan.status().code() == StatusCode::kUnsupported;
+  };
+  const std::string first = plan.is_ok() ? std::string() : plan.status().message();
+  if (unsupported() && p.gelu_tanh) {
+    p.gelu_tanh = false;
+    launch.separate_gelu = true;
+    plan = cuda::CublasLtMatmul::create(handle, p, workspace_bytes);
+  }
+  const bool dense_rows = p.ldd == p.n && (p.batch == 1 || p.stride_d == p.m * p.ldd) && launch.launches == 1;
+  if (unsupported() && p.has_bias && dense_rows) {
+    p.has_bias = false;
+    p.bias_float32 = false;
+    launch.separate_bias = true;
+    plan = cuda::CublasLtMatmul::create(handle, p, workspace_bytes);
+  }
+  if (plan.is_ok() && (launch.separate_gelu || launch.separate_bias))
+    log_info("context: {}: {} The {} runs as a kernel of its own after the product.", step.name, first,
+             launch.separate_bias ? (launch.separate_gelu ? "bias and the GELU" : "bias") : "GELU");
+  return plan;
 }
 
 Result<SdpaLaunch> sdpa_launch(const Plan& plan, const PlanStep& step, int64_t batch) {
@@ -260,7 +289,17 @@ Status enqueue_matmul(const StepLaunch& l, const PreparedMatmul& prepared) {
         l.weight(step.bias), c ? elem_ptr(c, i * m.c_step, t) : nullptr,
         const_cast<char*>(elem_ptr(d, i * m.d_step, t)), l.workspace, prepared.workspace_bytes, l.stream));
   }
-  if (linear && step.pointwise == PointwiseFn::kGelu) return exact_gelu(l);
+  if (m.separate_bias) {
+    const cuda::MatmulProblem& p = m.problem;
+    kernels::BiasActDesc bias;
+    bias.count = p.batch * p.m * p.n;  // rows of D are dense (prepare_matmul_plan)
+    bias.c = p.n;
+    bias.dtype = t;
+    bias.bias_dtype = l.plan.weights[static_cast<size_t>(step.bias)].dtype;
+    GPULAB_TRY(kernels::launch_bias_act(bias, d, l.weight(step.bias), d, l.stream));
+  }
+  if (linear && step.pointwise == PointwiseFn::kGelu) return gelu_after(l, kernels::UnaryOp::kGelu);
+  if (m.separate_gelu) return gelu_after(l, kernels::UnaryOp::kGeluTanh);
   if (linear && step.pointwise != PointwiseFn::kIdentity && step.pointwise != PointwiseFn::kGeluTanh)
     return layout_error(step, "an epilogue other than GELU");
   return Status::ok();

@@ -25,8 +25,19 @@ struct MatmulLaunch {
   int64_t launches = 1;
   int64_t a_step = 0, c_step = 0, d_step = 0;  // B is a weight (kLinear) or A's partner (b_step)
   int64_t b_step = 0;
+  // Epilogue parts cuBLASLt has no algorithm for at this problem, run as kernels of their own
+  // after the product (prepare_matmul_plan): the tanh GELU, and the bias before it.
+  bool separate_gelu = false;
+  bool separate_bias = false;
 };
 Result<MatmulLaunch> matmul_launch(const Plan& plan, const PlanStep& step, int64_t batch);
+// cuBLASLt's plan for `launch`. Where cuBLASLt has no algorithm with the fused GELU epilogue
+// (16-bit products under cuBLASLt 13.1 on an H100, even with a float32 bias), the GELU moves to a
+// kernel of its own; where it then has none with the bias either, so does the bias (rows of D
+// dense only). `launch` says which (separate_gelu, separate_bias).
+Result<std::unique_ptr<cuda::CublasLtMatmul>> prepare_matmul_plan(cublasLtHandle_t handle,
+                                                                  const PlanStep& step, MatmulLaunch& launch,
+                                                                  int64_t workspace_bytes);
 
 // How a kAttention step runs on cuDNN at a batch size: the images folded into B (launches 1), or,
 // when the bias varies along B (Swin's window masks), one launch per image. kUnsupported when a

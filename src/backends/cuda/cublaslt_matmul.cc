@@ -46,7 +46,8 @@ Status validate(const MatmulProblem& p) {
     return bad("batch strides must be >= 0, D's must not overlap");
   if (p.gelu_tanh && p.has_c) return bad("a residual after the GELU is not an epilogue cuBLASLt has");
   // Measured on an H100 with cuBLASLt 13.1 (2026-12-05): GELU_BIAS under FP32 compute finds no
-  // algorithm for a float16 or bfloat16 bias (status 7) and finds one for a float32 bias.
+  // algorithm for a float16 or bfloat16 bias (status 7), nor, in a later run (eb666af), for a
+  // float32 one; the runtime then runs the GELU as its own kernel (prepare_matmul_plan).
   if (p.gelu_tanh && p.has_bias && p.dtype != DataType::kFloat32 && !p.bias_float32)
     return bad(
         "a GELU epilogue in a 16-bit problem takes a float32 bias (cuBLASLt has no algorithm for a "

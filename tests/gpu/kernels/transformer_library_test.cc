@@ -3,6 +3,7 @@
 // fused SDPA, against host loops over the same rounded inputs.
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 
 #include "backends/cuda/cublaslt_matmul.h"
 #include "backends/cuda/cudnn_sdpa.h"
@@ -56,7 +57,9 @@ class TransformerLibraries : public ::testing::Test {
   LibraryHandles handles_;
 };
 
-void run_matmul(cublasLtHandle_t handle, const MatmulProblem& p) {
+// `may_be_unsupported`: cuBLASLt may have no algorithm for the problem (then it must say so as
+// kUnsupported, which the runtime answers with kernels of its own: prepare_matmul_plan).
+void run_matmul(cublasLtHandle_t handle, const MatmulProblem& p, bool may_be_unsupported = false) {
   SCOPED_TRACE(::testing::Message() << dtype_name(p.dtype) << " batch " << p.batch << " m" << p.m << " n"
                                     << p.n << " k" << p.k << " bias " << p.has_bias << " gelu " << p.gelu_tanh
                                     << " c " << p.has_c);
@@ -71,6 +74,11 @@ void run_matmul(cublasLtHandle_t handle, const MatmulProblem& p) {
   const std::vector<float> c = round_to(random_values(c_size, 84, 1.0f), p.dtype);
   std::vector<float> expected = host_matmul(p, a, b, bias, c, d_size);
   auto plan = CublasLtMatmul::create(handle, p, 32 << 20);
+  if (may_be_unsupported && !plan.is_ok()) {
+    EXPECT_EQ(plan.status().code(), StatusCode::kUnsupported) << plan.status().to_string();
+    std::cout << "[ note ] " << plan.status().message() << "\n";
+    return;
+  }
   ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
   Buffer da(encode(a, p.dtype)), db(encode(b, p.dtype)), dbias(encode(bias, bias_type)),
       dc(encode(c, p.dtype));
@@ -106,10 +114,12 @@ TEST_F(TransformerLibraries, LinearWithBiasAndGeluEpilogue) {
                     .dtype = dt};
     run_matmul(handles_.cublaslt(), p);
     if (dt != DataType::kFloat32) {
-      // GELU's epilogue takes a float32 bias (what lowering stores for such layers).
+      // GELU's epilogue with a float32 bias (what lowering stores for such layers): cuBLASLt 13.1
+      // had no algorithm for it on an H100 (2026-12-05, eb666af); TorchvisionGpu's transformer
+      // families check the kernels the runtime runs instead.
       p.gelu_tanh = true;
       p.bias_float32 = true;
-      run_matmul(handles_.cublaslt(), p);
+      run_matmul(handles_.cublaslt(), p, true);
     }
   }
 }
