@@ -233,6 +233,12 @@ PointTelemetry aggregate_telemetry(const std::vector<telemetry::GpuSample>& all,
       const double span_s = static_cast<double>(last_e->timestamp_ms - first_e->timestamp_ms) / 1000.0;
       t.energy_per_image_j = joules / span_s * window_s / static_cast<double>(images);
       t.energy_source = "counter";
+      // The mean power is the counter's too: NVML's power reading is a moving average over about a
+      // second on Hopper, so a half-second window's samples still carry the idle GPU before it (an
+      // H100 sweep's FP16 ResNet-18 points read 260 W by samples where the counter and a 20 s
+      // nvidia-smi reading gave 680-720 W; bench/results/2026-12-05-eb666af).
+      t.power_mean_w = joules / span_s;
+      if (t.power_limit_w && *t.power_limit_w > 0) t.power_mean_share = *t.power_mean_w / *t.power_limit_w;
     } else if (t.power_mean_w) {
       t.energy_per_image_j = *t.power_mean_w * window_s / static_cast<double>(images);
       t.energy_source = "integrated";
