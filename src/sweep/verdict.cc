@@ -23,6 +23,7 @@ constexpr ThresholdField kThresholdFields[] = {
     {"compute_share", &VerdictThresholds::compute_share},
     {"memory_share", &VerdictThresholds::memory_share},
     {"launch_share", &VerdictThresholds::launch_share},
+    {"launch_ms", &VerdictThresholds::launch_ms},
 };
 
 std::string pct(double fraction) {
@@ -139,10 +140,19 @@ std::optional<Verdict> compute_or_memory(const VerdictInputs& in, const VerdictT
   return std::nullopt;
 }
 
+// Kernels too small to fill the GPU: far from both ceilings, and a batch short enough that launch
+// and latency can be what it is made of. A long batch far from both ceilings is slow kernels
+// (kernel-bound): an H100 sweep's FP32 ResNet-18 on cuDNN's heuristic choice took 2 s per batch
+// of 1024 at 4% of the compute ceiling (2026-12-05, eb666af).
+bool small_kernels(const VerdictInputs& in, const VerdictThresholds& t) {
+  const auto& r = in.rates;
+  return r.compute_share && r.memory_share && *r.compute_share < t.launch_share &&
+         *r.memory_share < t.launch_share && in.median_compute_ms <= t.launch_ms;
+}
+
 std::optional<Verdict> launch_bound(const VerdictInputs& in, const VerdictThresholds& t) {
   const auto& r = in.rates;
-  if (!r.compute_share || !r.memory_share) return std::nullopt;
-  if (*r.compute_share >= t.launch_share || *r.memory_share >= t.launch_share) return std::nullopt;
+  if (!small_kernels(in, t)) return std::nullopt;
   return Verdict{.kind = VerdictKind::kLaunchBound,
                  .evidence = fmt::format(
                      "{} of the compute ceiling and {} of the memory bandwidth: kernels too small to fill "
@@ -158,7 +168,7 @@ std::optional<Verdict> kernel_bound(const VerdictInputs& in, const VerdictThresh
   if (!r.compute_share || !r.memory_share) return std::nullopt;
   const double c = *r.compute_share, m = *r.memory_share;
   if (c >= t.compute_share || m >= t.memory_share) return std::nullopt;
-  if (c < t.launch_share && m < t.launch_share) return std::nullopt;
+  if (small_kernels(in, t)) return std::nullopt;
   return Verdict{
       .kind = VerdictKind::kKernelBound,
       .evidence = fmt::format("{} of the {:.0f} TFLOP/s compute ceiling and {} of the {:.0f} GB/s bandwidth: "

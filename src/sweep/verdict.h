@@ -30,7 +30,8 @@ struct VerdictThresholds {
   double thermal_share = 0.20;    // thermal: share of samples with a thermal slowdown reason
   double compute_share = 0.50;    // compute-bound: achieved FLOP/s / measured compute ceiling
   double memory_share = 0.50;     // memory-bound: plan bytes / time / measured device bandwidth
-  double launch_share = 0.25;     // launch-bound: below this share of both ceilings
+  double launch_share = 0.25;     // launch-bound: below this share of both ceilings ...
+  double launch_ms = 2.0;         // ... and a batch's GPU compute time (median) at most this long
 };
 
 // "name=value,...": overrides the named thresholds. kInvalidArgument for an unknown name (listing

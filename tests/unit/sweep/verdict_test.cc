@@ -59,6 +59,17 @@ TEST(Verdict, MemoryLaunchAndKernelBound) {
   EXPECT_NE(launch[0].evidence.find("3% of the compute ceiling and 5% of the memory bandwidth"),
             std::string::npos);
 
+  // As far from both ceilings but 2 s per batch (FP32 ResNet-18 at batch 1024 on cuDNN's heuristic
+  // choice, an H100 sweep): slow kernels, not launches.
+  VerdictInputs slow = tiny;
+  slow.batch = 1024;
+  slow.median_compute_ms = 2039;
+  slow.median_latency_ms = 2039;
+  EXPECT_EQ(kinds(judge_point(slow, {})), (std::vector{VerdictKind::kKernelBound}));
+  VerdictThresholds patient;
+  patient.launch_ms = 5000;
+  EXPECT_EQ(kinds(judge_point(slow, patient)), (std::vector{VerdictKind::kLaunchBound}));
+
   VerdictInputs middle = busy();
   middle.rates.compute_share = 0.4;
   middle.rates.memory_share = 0.1;
@@ -126,7 +137,9 @@ TEST(Verdict, ThresholdsAreOverridable) {
   EXPECT_FALSE(apply_threshold_overrides("compute_share=abc", t).is_ok());
   EXPECT_FALSE(apply_threshold_overrides("compute_share=-1", t).is_ok());
   EXPECT_FALSE(apply_threshold_overrides("compute_share", t).is_ok());
-  EXPECT_EQ(threshold_values(VerdictThresholds{}).size(), 10u);
+  ASSERT_TRUE(apply_threshold_overrides("launch_ms=0.5", t).is_ok());
+  EXPECT_DOUBLE_EQ(t.launch_ms, 0.5);
+  EXPECT_EQ(threshold_values(VerdictThresholds{}).size(), 11u);
 }
 
 TEST(Verdict, NamesRoundTrip) {
