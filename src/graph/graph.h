@@ -66,6 +66,9 @@ enum class OpType {
   kReduceMean,          // ReduceAttrs (a mean over H and W of a 4-D tensor is imported as GlobalAveragePool)
   kReduceL2,            // ReduceAttrs
   kLayerNormalization,  // inputs X, scale, [B]; LayerNormAttrs
+  // x / max(||x||_p, epsilon) along one axis (LpNormAttrs); also made by fuse_l2_normalize from
+  // F.normalize's ReduceL2 -> Clip -> [Expand] -> Div (Swin V2's cosine attention)
+  kLpNormalization,
   kGelu,                // GeluAttrs; made by fuse_gelu from the exported Erf (or Tanh) pattern
   kCast,                // CastAttrs
   kExpand,              // inputs data, shape (int64)
@@ -186,6 +189,14 @@ struct LayerNormAttrs {
   float epsilon = 1e-5f;
 };
 
+struct LpNormAttrs {
+  int64_t axis = -1;
+  int64_t p = 2;  // 1 or 2
+  // gpulab's own (0 for ONNX's op): the norm is taken as at least this, as F.normalize does; a
+  // zero norm gives zeros.
+  float epsilon = 0.0f;
+};
+
 struct GeluAttrs {
   // false: x/2 (1 + erf(x / sqrt 2)); true: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   bool tanh_approximation = false;
@@ -218,7 +229,7 @@ struct QuantizeAttrs {
 using NodeAttrs = std::variant<std::monostate, ConvAttrs, BatchNormAttrs, ClipAttrs, PoolAttrs, FlattenAttrs,
                                ReshapeAttrs, GemmAttrs, AxisAttrs, UnsqueezeAttrs, HardSigmoidAttrs,
                                TransposeAttrs, SplitAttrs, ModAttrs, ReduceAttrs, LayerNormAttrs, GeluAttrs,
-                               CastAttrs, ConstantOfShapeAttrs, AttentionAttrs, QuantizeAttrs>;
+                               CastAttrs, ConstantOfShapeAttrs, AttentionAttrs, QuantizeAttrs, LpNormAttrs>;
 
 struct Node {
   std::string name;

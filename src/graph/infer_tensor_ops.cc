@@ -346,6 +346,13 @@ std::optional<Result<std::vector<ValueInfo>>> infer_tensor_op(const Node& node,
     case OpType::kReduceMean:
     case OpType::kReduceL2: return infer_reduce(node, x);
     case OpType::kLayerNormalization: return infer_layer_norm(node, in);
+    case OpType::kLpNormalization: {
+      int64_t axis = node.attr<LpNormAttrs>().axis;
+      if (!normalize_axis(axis, static_cast<int64_t>(x.shape.rank())))
+        return fail(node, "axis " + std::to_string(node.attr<LpNormAttrs>().axis) + " is out of range for " +
+                              x.shape.to_string());
+      return one(same_as(x));
+    }
     case OpType::kCast: {
       ValueInfo out = same_as(x);
       out.dtype = node.attr<CastAttrs>().to;

@@ -6,7 +6,7 @@
 namespace gpulab {
 namespace {
 
-constexpr std::array<std::pair<OpType, std::string_view>, 54> kOpNames{{
+constexpr std::array<std::pair<OpType, std::string_view>, 55> kOpNames{{
     {OpType::kConv, "Conv"},
     {OpType::kBatchNormalization, "BatchNormalization"},
     {OpType::kRelu, "Relu"},
@@ -50,6 +50,7 @@ constexpr std::array<std::pair<OpType, std::string_view>, 54> kOpNames{{
     {OpType::kReduceMean, "ReduceMean"},
     {OpType::kReduceL2, "ReduceL2"},
     {OpType::kLayerNormalization, "LayerNormalization"},
+    {OpType::kLpNormalization, "LpNormalization"},
     {OpType::kGelu, "Gelu"},
     {OpType::kCast, "Cast"},
     {OpType::kExpand, "Expand"},

@@ -528,6 +528,7 @@ Result<std::vector<ValueInfo>> infer_dispatch(const Node& node, const std::vecto
     case OpType::kReduceMean:
     case OpType::kReduceL2:
     case OpType::kLayerNormalization:
+    case OpType::kLpNormalization:
     case OpType::kGelu:
     case OpType::kCast:
     case OpType::kExpand:
@@ -567,6 +568,7 @@ bool has_expected_attrs(const Node& node) {
     case OpType::kReduceMean:
     case OpType::kReduceL2: return std::holds_alternative<ReduceAttrs>(node.attrs);
     case OpType::kLayerNormalization: return std::holds_alternative<LayerNormAttrs>(node.attrs);
+    case OpType::kLpNormalization: return std::holds_alternative<LpNormAttrs>(node.attrs);
     case OpType::kGelu: return std::holds_alternative<GeluAttrs>(node.attrs);
     case OpType::kCast: return std::holds_alternative<CastAttrs>(node.attrs);
     case OpType::kConstantOfShape: return std::holds_alternative<ConstantOfShapeAttrs>(node.attrs);

@@ -130,6 +130,7 @@ bool is_tensor_op(OpType op) {
     case OpType::kReduceMean:
     case OpType::kReduceL2:
     case OpType::kLayerNormalization:
+    case OpType::kLpNormalization:
     case OpType::kGelu:
     case OpType::kCast:
     case OpType::kExpand:
@@ -249,6 +250,15 @@ Status convert_tensor_op(OpType op, const NodeContext& c, ConvertedNode& out) {
       GPULAB_TRY(need_inputs(2));
       node.attrs = a;
       node.inputs.resize(std::min<size_t>(node.inputs.size(), 3));
+      break;
+    }
+    case OpType::kLpNormalization: {
+      LpNormAttrs a;
+      GPULAB_ASSIGN_OR_RETURN(a.axis, attrs.get_int("axis", -1));
+      GPULAB_ASSIGN_OR_RETURN(a.p, attrs.get_int("p", 2));
+      if (a.p != 1 && a.p != 2)
+        return Status::invalid_model(where + ": p " + std::to_string(a.p) + " is not 1 or 2.");
+      node.attrs = a;
       break;
     }
     case OpType::kGelu: {

@@ -75,6 +75,11 @@ Status fuse_layer_norm(Graph& graph);
 // Muls with x and 0.5 in any order) becomes Gelu (the exact form).
 Status fuse_gelu(Graph& graph);
 
+// F.normalize(x, dim=-1) as torch.onnx writes it (ReduceL2 over the last axis with keepdims, Clip
+// to at least eps, an Expand back to x's shape or not, Div of x by it; Swin V2's cosine attention)
+// becomes LpNormalization(x, axis -1, p 2) with epsilon eps.
+Status fuse_l2_normalize(Graph& graph);
+
 // Reshape(x -> [R, K]) -> Gemm -> Reshape(-> [l..., M]) with l1 ... lk = R (nn.MultiheadAttention's
 // output projection over [T * N, E] rows) becomes Reshape(x -> [l..., K]) -> MatMul -> Add.
 Status unflatten_gemm(Graph& graph);
@@ -102,8 +107,8 @@ struct PassOptions {
   bool fold_batchnorm = true;  // and batchnorm_to_conv
   bool fold_flatten = true;    // and matmul_to_gemm, before it
   bool fuse = true;            // fuse_conv_epilogue
-  // fuse_layer_norm, fuse_gelu, unflatten_gemm, fold_layer_scale, fuse_attention,
-  // fold_channel_shuffle
+  // fuse_layer_norm, fuse_gelu, fuse_l2_normalize, unflatten_gemm, fold_layer_scale,
+  // fuse_attention, fold_channel_shuffle
   bool fuse_transformer = true;
 };
 

@@ -43,6 +43,7 @@ Status run_passes(Graph& graph, const PassOptions& options) {
       {"drop_noops", options.fold_constants, drop_noops},
       {"fuse_layer_norm", options.fuse_transformer, fuse_layer_norm},
       {"fuse_gelu", options.fuse_transformer, fuse_gelu},
+      {"fuse_l2_normalize", options.fuse_transformer, fuse_l2_normalize},
       {"unflatten_gemm", options.fuse_transformer, unflatten_gemm},
       {"fold_layer_scale", options.fuse_transformer, fold_layer_scale},
       {"fuse_attention", options.fuse_transformer, fuse_attention},

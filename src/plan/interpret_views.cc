@@ -248,13 +248,20 @@ class Runner {
     for (int64_t n = 0; n < ctx_.batch; ++n)
       for (int64_t i = 0; i < rows; ++i) {
         const float* row = x.data + n * x.image_stride + xv.offset + i * xv.strides[0];
-        double mean = 0, var = 0;
-        for (int64_t j = 0; j < c; ++j) mean += row[j * xv.strides[1]];
-        mean /= static_cast<double>(c);
-        for (int64_t j = 0; j < c; ++j)
-          var += (row[j * xv.strides[1]] - mean) * (row[j * xv.strides[1]] - mean);
-        var /= static_cast<double>(c);
-        const double inv = 1.0 / std::sqrt(var + s_.epsilon);
+        double mean = 0, var = 0, inv = 0;
+        if (s_.l2_norm) {  // x / max(||x||, epsilon); a zero denominator gives zeros
+          double sum = 0;
+          for (int64_t j = 0; j < c; ++j) sum += double{row[j * xv.strides[1]]} * row[j * xv.strides[1]];
+          const double d = std::max(std::sqrt(sum), static_cast<double>(s_.epsilon));
+          inv = d > 0 ? 1.0 / d : 0.0;
+        } else {
+          for (int64_t j = 0; j < c; ++j) mean += row[j * xv.strides[1]];
+          mean /= static_cast<double>(c);
+          for (int64_t j = 0; j < c; ++j)
+            var += (row[j * xv.strides[1]] - mean) * (row[j * xv.strides[1]] - mean);
+          var /= static_cast<double>(c);
+          inv = 1.0 / std::sqrt(var + s_.epsilon);
+        }
         for (int64_t j = 0; j < c; ++j)
           y[static_cast<size_t>(n * out_stride() + yv.offset + i * yv.strides[0] + j * yv.strides[1])] =
               static_cast<float>((row[j * xv.strides[1]] - mean) * inv * gamma[static_cast<size_t>(j)] +

@@ -93,6 +93,7 @@ bool ViewLowering::lowers(const Node& node) const {
     case OpType::kExpand:
     case OpType::kGather:
     case OpType::kLayerNormalization:
+    case OpType::kLpNormalization:
     case OpType::kAttention:
     case OpType::kMatMul:
     case OpType::kSub:
@@ -142,7 +143,8 @@ Status ViewLowering::lower(const Node& node) {
       const Tensor* b = a_.graph.initializer(node.input(1));
       return b && b->shape().rank() == 2 ? lower_linear(node) : lower_matmul(node);
     }
-    case OpType::kLayerNormalization: return lower_layer_norm(node);
+    case OpType::kLayerNormalization:
+    case OpType::kLpNormalization: return lower_layer_norm(node);
     case OpType::kAttention: return lower_attention(node);
     case OpType::kAdd:
     case OpType::kSub:
@@ -566,12 +568,18 @@ Status ViewLowering::lower_linear(const Node& node) {
   return Status::ok();
 }
 
+// LayerNormalization over the last axis, and LpNormalization (p 2) along it: one kLayerNorm step
+// (PlanStep::l2_norm for the latter, with a weight of ones and no bias).
 Status ViewLowering::lower_layer_norm(const Node& node) {
   GPULAB_ASSIGN_OR_RETURN(const Layout x, layout(node, node.input(0)));
   const int64_t rank = static_cast<int64_t>(x.view.dims.size());
-  int64_t axis = node.attr<LayerNormAttrs>().axis;
+  const bool l2 = node.op == OpType::kLpNormalization;
+  if (l2 && node.attr<LpNormAttrs>().p != 2) return unsupported(node, "an L1 normalization");
+  int64_t axis = l2 ? node.attr<LpNormAttrs>().axis : node.attr<LayerNormAttrs>().axis;
   if (axis < 0) axis += rank;
-  if (axis != rank - 1) return unsupported(node, "a layer norm over more than the last dimension");
+  if (axis != rank - 1)
+    return unsupported(node, l2 ? "a normalization along another than the last dimension"
+                                : "a layer norm over more than the last dimension");
   const int64_t c = x.view.dims.back();
   const auto param = [&](size_t i, float fill) -> Result<int> {
     std::vector<float> v(static_cast<size_t>(c), fill);
@@ -589,10 +597,11 @@ Status ViewLowering::lower_layer_norm(const Node& node) {
   GPULAB_ASSIGN_OR_RETURN(auto xr, rows(node, node.input(0), x, order));
   PlanStep st = a_.step(StepKind::kLayerNorm, node);
   GPULAB_ASSIGN_OR_RETURN(st.weight, param(1, 1.0f));
-  if (node.has_input(2)) {
+  if (!l2 && node.has_input(2)) {
     GPULAB_ASSIGN_OR_RETURN(st.bias, param(2, 0.0f));
   }
-  st.epsilon = node.attr<LayerNormAttrs>().epsilon;
+  st.epsilon = l2 ? node.attr<LpNormAttrs>().epsilon : node.attr<LayerNormAttrs>().epsilon;
+  st.l2_norm = l2;
   GPULAB_ASSIGN_OR_RETURN(const Layout y, new_value(node, node.outputs[0], x.view.dims, order));
   auto yrows = reshape_view(permute_view(y.view, std::vector<int64_t>(order.begin(), order.end())),
                             {xr.second.dims[0], c});

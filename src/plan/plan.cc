@@ -605,6 +605,7 @@ json header_json(const Plan& plan, const std::vector<size_t>& offsets) {
     }
     if (s.kind == StepKind::kEltwise) js["eltwise"] = std::string(eltwise_op_name(s.eltwise));
     if (s.kind == StepKind::kLayerNorm) js["epsilon"] = s.epsilon;
+    if (s.kind == StepKind::kLayerNorm && s.l2_norm) js["l2"] = true;
     if (s.kind == StepKind::kMatMul || s.kind == StepKind::kAttention) js["scale"] = s.scale;
     if (s.kind == StepKind::kOutput && s.softmax) js["softmax"] = true;
     if (s.kind == StepKind::kMaxPool || s.kind == StepKind::kAveragePool || s.kind == StepKind::kStem) {
@@ -776,6 +777,7 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob, uint32_t v
     }
     if (s.kind == StepKind::kEltwise) s.eltwise = eltwise_op_from(js.at("eltwise").get<std::string>());
     if (s.kind == StepKind::kLayerNorm) s.epsilon = js.at("epsilon").get<float>();
+    if (s.kind == StepKind::kLayerNorm && js.contains("l2")) s.l2_norm = js.at("l2").get<bool>();
     if (s.kind == StepKind::kMatMul || s.kind == StepKind::kAttention) s.scale = js.at("scale").get<float>();
     if (s.kind == StepKind::kPointwise || s.kind == StepKind::kLinear) {
       const auto& pw = js.at("pointwise");

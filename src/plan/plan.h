@@ -31,7 +31,9 @@
 // (PlanValue::scale), a quantized kConv or kGemm step names its per-output-channel weight scales
 // (PlanStep::weight_scale), steps and casts may read and write those types, the precisions "int8"
 // and "fp8" and the pointwise function fake_quantize are new.
-// gpulab reads versions 1 to 5: an older file has none of what the later versions added.
+// Version 6 added (Swin V2): a kLayerNorm step in L2 mode (PlanStep::l2_norm, "l2" in the header),
+// y = x / max(||x||, epsilon) * W + b, which a gpulab reading version 5 would run as a layer norm.
+// gpulab reads versions 1 to 6: an older file has none of what the later versions added.
 #pragma once
 
 #include <cstddef>
@@ -50,7 +52,7 @@
 
 namespace gpulab {
 
-inline constexpr uint32_t kPlanFormatVersion = 5;        // written
+inline constexpr uint32_t kPlanFormatVersion = 6;        // written
 inline constexpr uint32_t kOldestPlanFormatVersion = 1;  // still read
 inline constexpr char kPlanMagic[8] = {'G', 'P', 'U', 'L', 'A', 'B', 'P', 'L'};
 
@@ -218,6 +220,9 @@ struct PlanStep {
   std::vector<TensorView> views;
   EltwiseOp eltwise = EltwiseOp::kAdd;  // kEltwise
   float epsilon = 1e-5f;                // kLayerNorm
+  // kLayerNorm: y = x / max(||x||_2, epsilon) * W + b over each row (F.normalize; LpNormalization)
+  // instead of LayerNorm's (x - mean) / sqrt(var + epsilon) * W + b. Plan format 6.
+  bool l2_norm = false;
   float scale = 1.0f;                   // kMatMul, kAttention
 };
 

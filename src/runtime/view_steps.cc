@@ -257,6 +257,7 @@ Status enqueue_layer_norm(const StepLaunch& l) {
   const PlanValue& x = l.plan.values[static_cast<size_t>(step.inputs[0])];
   const PlanValue& y = l.plan.values[static_cast<size_t>(step.output)];
   kernels::LayerNormDesc d;
+  d.l2 = step.l2_norm;
   d.n = l.batch;
   d.rows = xv.dims[0];
   d.c = xv.dims[1];

@@ -1,5 +1,6 @@
-// Reference ReduceMean, ReduceL2 (over any axes) and LayerNormalization (over the axes from `axis`
-// to the end, with ONNX's biased variance). Sums in double, one rounding to float32.
+// Reference ReduceMean, ReduceL2 (over any axes), LayerNormalization (over the axes from `axis`
+// to the end, with ONNX's biased variance) and LpNormalization (along one axis). Sums in double, one
+// rounding to float32.
 #include <algorithm>
 #include <cmath>
 
@@ -112,10 +113,42 @@ Status run_layer_norm(const Node& node, Inputs inputs, Outputs& outputs, const R
   return Status::ok();
 }
 
+// y = x / max(||x||_p, epsilon) along the axis; a zero denominator gives zeros.
+Status run_lp_norm(const Node& node, Inputs inputs, Outputs& outputs) {
+  GPULAB_TRY(check_input_count(node, inputs, 1));
+  GPULAB_ASSIGN_OR_RETURN(const LpNormAttrs a, attrs_or_default<LpNormAttrs>(node));
+  const Tensor& x = *inputs[0];
+  GPULAB_TRY(check_dtype(node, x, DataType::kFloat32, "X"));
+  const int64_t rank = static_cast<int64_t>(x.shape().rank());
+  GPULAB_ASSIGN_OR_RETURN(const int64_t axis, normalize_axis(node, a.axis, rank));
+  int64_t outer = 1, n = x.shape()[static_cast<size_t>(axis)], inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.shape()[static_cast<size_t>(i)];
+  for (int64_t i = axis + 1; i < rank; ++i) inner *= x.shape()[static_cast<size_t>(i)];
+  Tensor y(DataType::kFloat32, x.shape());
+  const float* xp = x.f32().data();
+  float* yp = y.f32().data();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      const int64_t base = o * n * inner + i;
+      double norm = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const double v = xp[base + j * inner];
+        norm += a.p == 1 ? std::abs(v) : v * v;
+      }
+      if (a.p == 2) norm = std::sqrt(norm);
+      const double d = std::max(norm, static_cast<double>(a.epsilon));
+      for (int64_t j = 0; j < n; ++j)
+        yp[base + j * inner] = d > 0 ? static_cast<float>(xp[base + j * inner] / d) : 0.0f;
+    }
+  outputs[0] = std::move(y);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status run_normalization(const Node& node, Inputs inputs, Outputs& outputs, const ReferenceOptions& options) {
   if (node.op == OpType::kLayerNormalization) return run_layer_norm(node, inputs, outputs, options);
+  if (node.op == OpType::kLpNormalization) return run_lp_norm(node, inputs, outputs);
   return run_reduce(node, inputs, outputs, options);
 }
 

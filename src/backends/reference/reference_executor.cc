@@ -140,7 +140,8 @@ Status run_op(const Node& node, Inputs inputs, Outputs& outputs, const Reference
     case OpType::kRange: return run_tensor_op(node, inputs, outputs, options);
     case OpType::kReduceMean:
     case OpType::kReduceL2:
-    case OpType::kLayerNormalization: return run_normalization(node, inputs, outputs, options);
+    case OpType::kLayerNormalization:
+    case OpType::kLpNormalization: return run_normalization(node, inputs, outputs, options);
     case OpType::kAttention: return run_attention(node, inputs, outputs, options);
     case OpType::kMaxPool: return run_max_pool(node, inputs, outputs, options);
     case OpType::kAveragePool: return run_average_pool(node, inputs, outputs, options);

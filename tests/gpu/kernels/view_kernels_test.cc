@@ -1,6 +1,7 @@
 // GPU tests of the view-step kernels (layout copies, broadcast arithmetic, LayerNorm, the plain
 // attention) and the transformer unary ops, every float dtype, on transformer shapes, against host
 // loops over the same rounded inputs.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -79,6 +80,50 @@ TEST(ViewKernels, EltwiseBroadcastsZeroStrides) {
       }
       DeviceBuffer da(encode(a, dt)), db(encode(b, dt)), dy(a.size() * dtype_size(dt));
       const Status s = launch_eltwise(d, da.get(), db.get(), dy.get(), nullptr);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      expect_synced();
+      expect_close(decode(dy.download(), dt), expected, dt);
+      EXPECT_TRUE(dy.tail_untouched());
+    }
+  }
+}
+
+// The L2 mode (F.normalize, Swin V2's cosine attention): Swin V2-T's 32-wide heads and a wider row,
+// a zero row (zeros out) and one whose norm is below epsilon (divided by epsilon).
+TEST(ViewKernels, L2NormalizePerRow) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  for (const auto& [rows, c] : {std::pair<int64_t, int64_t>{49, 32}, {7, 1000}}) {
+    for (DataType dt : float_types()) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " rows " << rows << " c " << c);
+      const int64_t n = 2;
+      const float eps = 1e-3f;
+      std::vector<float> x = random_values(n * rows * c, 61, 2.0f);
+      std::fill_n(x.begin(), c, 0.0f);                                   // a zero row
+      for (int64_t k = 0; k < c; ++k) x[c + k] = k == 0 ? 1e-4f : 0.0f;  // norm 1e-4 < eps
+      x = round_to(x, dt);
+      const std::vector<float> gamma(c, 1.0f);
+      LayerNormDesc d{.n = n,
+                      .rows = rows,
+                      .c = c,
+                      .x_row_stride = c,
+                      .x_image_stride = rows * c,
+                      .y_row_stride = c,
+                      .y_image_stride = rows * c,
+                      .epsilon = eps,
+                      .dtype = dt,
+                      .l2 = true};
+      std::vector<float> expected(n * rows * c);
+      for (int64_t r = 0; r < n * rows; ++r) {
+        const float* row = x.data() + r * c;
+        double sum = 0;
+        for (int64_t k = 0; k < c; ++k) sum += double{row[k]} * row[k];
+        const double den = std::max(std::sqrt(sum), double{eps});
+        for (int64_t k = 0; k < c; ++k) expected[r * c + k] = static_cast<float>(row[k] / den);
+      }
+      DeviceBuffer dx(encode(x, dt)), dy(expected.size() * dtype_size(dt));
+      DeviceBuffer dg(encode(gamma, DataType::kFloat32));
+      const Status s =
+          launch_layer_norm(d, dx.get(), static_cast<const float*>(dg.get()), nullptr, dy.get(), nullptr);
       ASSERT_TRUE(s.is_ok()) << s.to_string();
       expect_synced();
       expect_close(decode(dy.download(), dt), expected, dt);

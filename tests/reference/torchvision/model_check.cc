@@ -129,10 +129,6 @@ const std::vector<std::string>& full_size_family_models() {
   return models;
 }
 
-bool plan_refused(const std::string& model) {
-  return model == "small_swin_v2" || model.rfind("swin_v2", 0) == 0;
-}
-
 nlohmann::json to_json(const ModelCheck& check) {
   nlohmann::json j;
   j["model"] = check.model;

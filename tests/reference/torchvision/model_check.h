@@ -65,9 +65,5 @@ nlohmann::json to_json(const ModelCheck& check);
 // `--set families` (the full-size representatives, made on demand).
 const std::vector<std::string>& small_family_models();
 const std::vector<std::string>& full_size_family_models();
-// Whether the lowering refuses the model's plan: Swin V2's cosine attention normalizes q and k
-// (F.normalize: ReduceL2, Clip, Div), and the lowering has no reduction step for ReduceL2 yet, so
-// Swin V2 runs on the reference backend only.
-bool plan_refused(const std::string& model);
 
 }  // namespace gpulab::testing

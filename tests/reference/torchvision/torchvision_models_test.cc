@@ -60,14 +60,7 @@ TEST_P(TorchvisionModel, MatchesPyTorchAndTheReference) {
   auto check = check_model(dir, model, entry);
   ASSERT_TRUE(check.is_ok()) << check.status().to_string();
   std::printf("%s\n", to_json(*check).dump().c_str());
-  if (plan_refused(model)) {
-    // A known gap, kept visible: the test fails once the lowering takes the model, so that this list
-    // shrinks with it.
-    EXPECT_FALSE(check->plan_built) << model << " now lowers: drop it from plan_refused()";
-    EXPECT_NE(check->plan_refusal.find("ReduceL2"), std::string::npos) << check->plan_refusal;
-  } else {
-    EXPECT_TRUE(check->plan_built) << check->plan_refusal;
-  }
+  EXPECT_TRUE(check->plan_built) << check->plan_refusal;
   for (const BatchErrors& b : check->batches) {
     EXPECT_LE(b.reference, kFp32Bound) << "batch " << b.batch << ": reference (as imported) vs PyTorch";
     EXPECT_LE(b.passes, kFp32Bound) << "batch " << b.batch << ": reference after passes vs PyTorch";

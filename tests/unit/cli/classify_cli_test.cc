@@ -127,13 +127,13 @@ TEST_F(ClassifyCli, EmptyTruncatedAndRandomModelFiles) {
 TEST_F(ClassifyCli, UnsupportedOpNamesNodeAndOp) {
   gpulab::testing::ModelBuilder m;
   m.input("input", {-1, 3, 8, 8});
-  m.node("LpNormalization", "norm0", {"input"}, {"logits"});
+  m.node("LRN", "norm0", {"input"}, {"logits"});
   m.output("logits");
-  const fs::path p = write("lpnorm.onnx", m.bytes());
+  const fs::path p = write("lrn.onnx", m.bytes());
   const auto r = run_gpulab("classify --device cpu --model " + p.string() + " " + cat());
   EXPECT_EQ(r.exit_code, 5) << r.output;
   EXPECT_THAT(r.output, HasSubstr("norm0"));
-  EXPECT_THAT(r.output, HasSubstr("LpNormalization"));
+  EXPECT_THAT(r.output, HasSubstr("LRN"));
 }
 
 TEST_F(ClassifyCli, ModelWhoseInputIsNotAnImage) {

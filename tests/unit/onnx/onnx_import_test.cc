@@ -772,6 +772,28 @@ TEST(OnnxImportTensorOps, RefusalsNameTheNode) {
     ASSERT_FALSE(g.is_ok());
     EXPECT_THAT(g.status().message(), HasSubstr("'ln' (LayerNormalization)"));
   }
+  {  // LpNormalization with p 3
+    ModelBuilder m(17);
+    m.input("x", {-1, 4});
+    set_int(m.node("LpNormalization", "lp", {"x"}, {"y"}), "p", 3);
+    m.output("y");
+    auto g = load(m.bytes());
+    ASSERT_FALSE(g.is_ok());
+    EXPECT_EQ(g.status().code(), StatusCode::kInvalidModel);
+    EXPECT_THAT(g.status().message(), HasSubstr("p 3 is not 1 or 2"));
+  }
+  {  // LpNormalization's defaults: the last axis, p 2, no epsilon
+    ModelBuilder m(17);
+    m.input("x", {-1, 4});
+    m.node("LpNormalization", "lp", {"x"}, {"y"});
+    m.output("y");
+    auto g = load(m.bytes());
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    EXPECT_EQ(g->nodes[0].attr<LpNormAttrs>().axis, -1);
+    EXPECT_EQ(g->nodes[0].attr<LpNormAttrs>().p, 2);
+    EXPECT_EQ(g->nodes[0].attr<LpNormAttrs>().epsilon, 0.0f);
+    EXPECT_EQ(g->value("y")->shape, (Shape{N, 4}));
+  }
   {  // Attention is gpulab's own node, not an op it reads
     ModelBuilder m(17);
     m.input("x", {-1, 4});

@@ -97,6 +97,36 @@ TEST(FuseGelu, TheErfFormInEveryOrderBecomesGelu) {
   }
 }
 
+// F.normalize(x, dim=-1) as Swin V2's cosine attention exports it, with the Expand back to x's shape
+// and without; over another axis it stays as it is.
+TEST(FuseL2Normalize, ReduceL2ClipExpandDivBecomesLpNormalization) {
+  for (bool expand : {true, false}) {
+    GraphBuilder b;
+    b.input("x", Shape{N, 3, 4, 8});
+    b.node(OpType::kReduceL2, "l2", {"x"}, {"n"}, ReduceAttrs{{-1}, true});
+    b.node(OpType::kClip, "clip", {"n"}, {"c"}, ClipAttrs{1e-12f});
+    if (expand) {
+      b.node(OpType::kShape, "shape", {"x"}, {"s"}).node(OpType::kExpand, "expand", {"c", "s"}, {"e"});
+    }
+    Graph g = b.node(OpType::kDiv, "div", {"x", expand ? "e" : "c"}, {"y"}).output("y").build();
+    const Graph out = apply(g, fuse_l2_normalize);
+    ASSERT_EQ(out.nodes.size(), 1u) << "expand " << expand;
+    EXPECT_EQ(out.nodes[0].op, OpType::kLpNormalization);
+    EXPECT_EQ(out.nodes[0].attr<LpNormAttrs>().axis, -1);
+    EXPECT_EQ(out.nodes[0].attr<LpNormAttrs>().p, 2);
+    EXPECT_FLOAT_EQ(out.nodes[0].attr<LpNormAttrs>().epsilon, 1e-12f);
+    EXPECT_EQ(out.nodes[0].outputs[0], "y");
+  }
+  GraphBuilder b;
+  b.input("x", Shape{N, 3, 8});
+  Graph g = b.node(OpType::kReduceL2, "l2", {"x"}, {"n"}, ReduceAttrs{{1}, true})
+                .node(OpType::kClip, "clip", {"n"}, {"c"}, ClipAttrs{1e-12f})
+                .node(OpType::kDiv, "div", {"x", "c"}, {"y"})
+                .output("y")
+                .build();
+  EXPECT_EQ(apply(g, fuse_l2_normalize).nodes.size(), 3u);
+}
+
 // ViT's attention as torch.onnx writes nn.MultiheadAttention: K^T by a Transpose from [T, N*H, d],
 // Q divided by sqrt(d).
 TEST(FuseAttention, MultiheadAttentionBecomesOneNode) {

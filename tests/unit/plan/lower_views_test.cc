@@ -205,6 +205,33 @@ TEST(LowerViews, ConvNeXtBlockNeedsNoLayoutSteps) {
   EXPECT_EQ(linears, 2);
 }
 
+// F.normalize over the channels of NHWC pixels (Swin V2's cosine attention normalizes q and k so):
+// fuse_l2_normalize makes it LpNormalization, lowered as a kLayerNorm step in L2 mode, which the
+// plan file keeps (check() runs the plan after a serialize/deserialize round trip).
+TEST(LowerViews, L2NormalizeIsALayerNormStepInL2Mode) {
+  Graph g = image_graph(Shape{Shape::kBatch, 8, 3, 3});
+  g.initializers["fc"] = normal_tensor(Shape{10, 8}, 2, 0.3f);
+  g.nodes = {
+      Node{"to_nhwc", OpType::kTranspose, {"input"}, {"t"}, TransposeAttrs{{0, 2, 3, 1}}},
+      Node{"l2", OpType::kReduceL2, {"t"}, {"n"}, ReduceAttrs{{-1}, true}},
+      Node{"clip", OpType::kClip, {"n"}, {"c"}, ClipAttrs{1e-12f}},
+      Node{"div", OpType::kDiv, {"t", "c"}, {"u"}, {}},
+      Node{"to_nchw", OpType::kTranspose, {"u"}, {"b"}, TransposeAttrs{{0, 3, 1, 2}}},
+      Node{"gap", OpType::kGlobalAveragePool, {"b"}, {"p"}, {}},
+      Node{"flat", OpType::kFlatten, {"p"}, {"f"}, FlattenAttrs{1}},
+      Node{"fc", OpType::kGemm, {"f", "fc"}, {"logits"}, GemmAttrs{1, 1, false, true}},
+  };
+  g.outputs = {"logits"};
+  const Plan plan = check(g);
+  ASSERT_EQ(count(plan, StepKind::kLayerNorm), 1);
+  for (const PlanStep& s : plan.steps)
+    if (s.kind == StepKind::kLayerNorm) {
+      EXPECT_TRUE(s.l2_norm);
+      EXPECT_FLOAT_EQ(s.epsilon, 1e-12f);
+      EXPECT_LT(s.bias, 0);
+    }
+}
+
 // A ViT encoder block: class token and position embedding, LayerNorm, packed QKV projection, heads
 // split by Reshape/Transpose, scaled dot-product attention, heads merged, projection + residual, MLP.
 TEST(LowerViews, VitEncoderBlockWithAttention) {

@@ -120,12 +120,12 @@ uint64_t fnv1a64(std::span<const std::byte> bytes) {
 // steps), version-3 files (before the view steps) and version-4 files (before INT8/FP8 plans) are
 // still read; version 5 is what gets written, and version 6 is refused.
 TEST(PlanFile, ReadsTheOlderVersions) {
-  for (const uint32_t older : {1u, 2u, 3u, 4u}) {
+  for (const uint32_t older : {1u, 2u, 3u, 4u, 5u}) {
     auto bytes = serialize_plan(small_plan());
     uint32_t written = 0;
     std::memcpy(&written, bytes.data() + 8, 4);
     EXPECT_EQ(written, kPlanFormatVersion);
-    EXPECT_EQ(kPlanFormatVersion, 5u);
+    EXPECT_EQ(kPlanFormatVersion, 6u);
     std::memcpy(bytes.data() + 8, &older, 4);
     const uint64_t sum = fnv1a64(std::span(bytes).first(bytes.size() - 8));
     std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
@@ -142,7 +142,7 @@ TEST(PlanFile, ReadsTheOlderVersions) {
   auto r = deserialize_plan(bytes);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(r.status().message().find("reads versions 1 to 5"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("reads versions 1 to 6"), std::string::npos) << r.status().message();
 }
 
 // What version 5 added (int8/fp8e4m3 values and weights with their scales, the precisions int8 and

@@ -1,7 +1,7 @@
 // The reference ops of the transformer classifiers' exports, against values worked out by hand (or,
 // for erf, tanh and GELU, against the closed forms): Transpose, Slice, Split, Squeeze, Expand, Where,
 // Pad, ScatterND, ConstantOfShape, Range, Cast, the binary and unary math ops, ReduceMean/L2,
-// LayerNormalization and Attention.
+// LayerNormalization, LpNormalization and Attention.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -186,6 +186,22 @@ TEST(ReferenceNormalization, LayerNormalizationByHand) {
                {static_cast<float>(-s1), 1, static_cast<float>(0.5 * s1 - 1), static_cast<float>(-2 * s2),
                 static_cast<float>(-4 * s2 + 1), static_cast<float>(0.5 * 4 * s2 - 1)},
                1e-6));
+}
+
+TEST(ReferenceNormalization, LpNormalizationByHand) {
+  // Rows [3, 4], [0, 0] and [1e-3, 0] along the last axis: L2 norms 5, 0 and 1e-3.
+  const Tensor x = floats({3, 2}, {3, 4, 0, 0, 1e-3f, 0});
+  auto l2 = run_op(make_node(OpType::kLpNormalization, LpNormAttrs{-1, 2, 0.0f}), {&x});
+  ASSERT_TRUE(l2.is_ok()) << l2.status().to_string();
+  EXPECT_TRUE(all_near(*l2, {0.6f, 0.8f, 0, 0, 1, 0}, 1e-6));  // a zero norm gives zeros
+  // F.normalize's epsilon: the norm is taken as at least 0.01.
+  auto eps = run_op(make_node(OpType::kLpNormalization, LpNormAttrs{-1, 2, 0.01f}), {&x});
+  ASSERT_TRUE(eps.is_ok()) << eps.status().to_string();
+  EXPECT_TRUE(all_near(*eps, {0.6f, 0.8f, 0, 0, 0.1f, 0}, 1e-6));
+  // p 1 along axis 0: columns [3, 0, 1e-3] and [4, 0, 0].
+  auto l1 = run_op(make_node(OpType::kLpNormalization, LpNormAttrs{0, 1, 0.0f}), {&x});
+  ASSERT_TRUE(l1.is_ok()) << l1.status().to_string();
+  EXPECT_TRUE(all_near(*l1, {3 / 3.001f, 1, 0, 0, 1e-3f / 3.001f, 0}, 1e-6));
 }
 
 TEST(ReferenceAttention, SoftmaxOfScaledScoresWeighsV) {

@@ -56,6 +56,8 @@ struct LayerNormDesc {
   int64_t y_offset = 0, y_row_stride = 0, y_image_stride = 0;
   float epsilon = 1e-5f;
   DataType dtype = DataType::kFloat32;
+  // y = x / max(||x||_2, epsilon) * gamma + beta per row (F.normalize) instead of the layer norm
+  bool l2 = false;
 };
 Status validate(const LayerNormDesc& desc);
 

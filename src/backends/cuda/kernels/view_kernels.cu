@@ -3,7 +3,8 @@
  *               (layout changes, slices made dense, parts of a Concat, weights broadcast per image);
  *   eltwise:    y = a (op) b over strided views, b's 0 strides broadcasting;
  *   layer_norm: per row, mean and biased variance in float32 (two passes over the row held in
- *               registers/L1), y = (x - mean) * rsqrt(var + eps) * gamma + beta;
+ *               registers/L1), y = (x - mean) * rsqrt(var + eps) * gamma + beta; or (desc.l2, F.normalize)
+ *               the row's sum of squares, y = x / max(sqrt(sum), eps) * gamma + beta;
  *   attention:  gpulab's plain scaled dot-product attention: one block per (image, b, h, t) output
  *               row; the scores of the row in shared memory (float32), max-subtracted softmax, then
  *               the weighted sum of V. For the FP32/TF32 plans (cuDNN's fused SDPA takes FP16/BF16)
@@ -114,6 +115,18 @@ __global__ void layer_norm_kernel(const T* x, const float* gamma, const float* b
   const int64_t n = row / d.rows, r = row % d.rows;
   const T* xr = x + n * d.x_image_stride + d.x_offset + r * d.x_row_stride;
   T* yr = y + n * d.y_image_stride + d.y_offset + r * d.y_row_stride;
+  if (d.l2) {  // x / max(||x||, epsilon); a zero denominator gives zeros
+    float sq = 0.0f;
+    for (int64_t i = threadIdx.x; i < d.c; i += blockDim.x) {
+      const float v = to_float(xr[i]);
+      sq += v * v;
+    }
+    const float norm = fmaxf(sqrtf(block_sum(sq, scratch)), d.epsilon);
+    const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
+    for (int64_t i = threadIdx.x; i < d.c; i += blockDim.x)
+      yr[i] = from_float<T>(to_float(xr[i]) * inv * gamma[i] + (beta ? beta[i] : 0.0f));
+    return;
+  }
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < d.c; i += blockDim.x) sum += to_float(xr[i]);
   const float mean = block_sum(sum, scratch) / static_cast<float>(d.c);
