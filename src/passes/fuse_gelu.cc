@@ -78,9 +78,7 @@ Status fuse_gelu(Graph& graph) {
       continue;
     }
     Node gelu{erf.name + "/gelu", OpType::kGelu, {x}, {out}, GeluAttrs{false}};
-    const size_t last = *std::max_element(gone.begin(), gone.end());
-    graph.nodes.insert(graph.nodes.begin() + static_cast<std::ptrdiff_t>(last) + 1, std::move(gelu));
-    pass::erase_nodes(graph, gone);
+    pass::replace_nodes(graph, gone, std::move(gelu));
     i = static_cast<size_t>(-1);
   }
   graph.remove_dead_code();

@@ -1,4 +1,3 @@
-#include <algorithm>
 #include <limits>
 
 #include "passes/pass_util.h"
@@ -50,9 +49,7 @@ Status fuse_l2_normalize(Graph& graph) {
               {x},
               {div.outputs[0]},
               LpNormAttrs{.axis = -1, .p = 2, .epsilon = ca.min}};
-    const size_t last = *std::max_element(gone.begin(), gone.end());
-    graph.nodes.insert(graph.nodes.begin() + static_cast<std::ptrdiff_t>(last) + 1, std::move(norm));
-    pass::erase_nodes(graph, gone);
+    pass::replace_nodes(graph, gone, std::move(norm));
     i = static_cast<size_t>(-1);
   }
   graph.remove_dead_code();

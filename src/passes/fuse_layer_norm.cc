@@ -136,9 +136,7 @@ Status fuse_layer_norm(Graph& graph) {
       inputs.push_back(bias_name);
     }
     Node ln{mean.name + "/layer_norm", OpType::kLayerNormalization, inputs, {out}, LayerNormAttrs{-k, *eps}};
-    const size_t last = *std::max_element(gone.begin(), gone.end());
-    graph.nodes.insert(graph.nodes.begin() + static_cast<std::ptrdiff_t>(last) + 1, std::move(ln));
-    pass::erase_nodes(graph, gone);
+    pass::replace_nodes(graph, gone, std::move(ln));
     i = static_cast<size_t>(-1);  // indices moved: rescan (the loop's ++i wraps this to 0)
   }
   graph.remove_dead_code();

@@ -35,4 +35,10 @@ void erase_nodes(Graph& graph, std::vector<size_t> indices) {
   for (size_t i : indices) graph.nodes.erase(graph.nodes.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
+void replace_nodes(Graph& graph, std::vector<size_t> indices, Node node) {
+  const size_t last = *std::max_element(indices.begin(), indices.end());
+  graph.nodes.insert(graph.nodes.begin() + static_cast<std::ptrdiff_t>(last) + 1, std::move(node));
+  erase_nodes(graph, std::move(indices));
+}
+
 }  // namespace gpulab::pass

@@ -24,4 +24,8 @@ bool constant_near(const Graph& graph, const std::string& value, double want, do
 // Erases the nodes at `indices` (any order, no duplicates).
 void erase_nodes(Graph& graph, std::vector<size_t> indices);
 
+// Replaces the matched nodes at `indices` (any order, no duplicates, not empty) by `node`, placed
+// where the last of them was, so that it follows whatever produced their inputs.
+void replace_nodes(Graph& graph, std::vector<size_t> indices, Node node);
+
 }  // namespace gpulab::pass
