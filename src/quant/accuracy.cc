@@ -252,6 +252,18 @@ Result<std::vector<LayerReport>> localise(const Graph& graph, const LabelledSet&
 
 }  // namespace
 
+std::vector<std::string> fallback_order(std::vector<LayerReport> layers) {
+  const auto noise_per_flop = [](const LayerReport& l) {
+    return std::pow(10.0, -l.alone_logits_sqnr_db / 10.0) / std::max(l.flops_share, 1e-12);
+  };
+  std::stable_sort(layers.begin(), layers.end(), [&](const LayerReport& a, const LayerReport& b) {
+    return noise_per_flop(a) > noise_per_flop(b);
+  });
+  std::vector<std::string> names;
+  for (const LayerReport& l : layers) names.push_back(l.name);
+  return names;
+}
+
 Result<Predictions> fp32_reference(const Graph& graph, const LabelledSet& set, const RunOptions& options) {
   BuildOptions build{.precision = Precision::kFp32, .max_batch = 64};
   GPULAB_ASSIGN_OR_RETURN(const Plan plan, lower_graph(graph, build));
@@ -320,9 +332,11 @@ Result<AccuracyResult> measure_agreement(const Graph& graph, const LabelledSet& 
     double total = 0;
     GPULAB_ASSIGN_OR_RETURN(const Plan fp32_plan, lower_for(graph, Precision::kFp32, options, {}));
     const std::map<std::string, double> flops = layer_flops(fp32_plan, &total);
-    std::vector<std::string> ranked;  // the layers that may move, worst first
+    // The layers that may move, in fallback_order.
+    std::vector<LayerReport> movable;
     for (const LayerReport& layer : result.layers)
-      if (!layers.contains(layer.name)) ranked.push_back(layer.name);
+      if (!layers.contains(layer.name)) movable.push_back(layer);
+    const std::vector<std::string> ranked = fallback_order(movable);
     // The plan with the first k ranked layers in FP16, scored on the whole set (each k once).
     std::map<size_t, FallbackStep> steps;
     const auto evaluate = [&](size_t k) -> Result<FallbackStep> {

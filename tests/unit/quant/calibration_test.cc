@@ -189,6 +189,19 @@ TEST(AccuracyGate, FallbackSearchFindsTheSmallestPassingPrefix) {
   EXPECT_EQ(failed.status().message(), "interpreting plan 3 failed");
 }
 
+// Noise per FLOP, not noise alone: a small layer that adds a tenth of a large one's noise moves
+// first; by SQNR alone the order would be big, mid, small.
+TEST(AccuracyGate, FallbackOrderIsNoisePerFlop) {
+  const std::vector<LayerReport> layers{
+      {.name = "big", .flops_share = 0.5, .alone_logits_sqnr_db = 20},     // noise 1e-2: 0.02 per FLOP
+      {.name = "small", .flops_share = 0.01, .alone_logits_sqnr_db = 30},  // 1e-3: 0.1
+      {.name = "mid", .flops_share = 0.1, .alone_logits_sqnr_db = 25},     // 3.2e-3: 0.032
+      {.name = "exact", .flops_share = 0.2, .alone_logits_sqnr_db = 300},  // as good as unquantized
+  };
+  EXPECT_EQ(fallback_order(layers), (std::vector<std::string>{"small", "mid", "big", "exact"}));
+  EXPECT_TRUE(fallback_order({}).empty());
+}
+
 TEST(AccuracyGate, ScoresFallsBackAndLocalises) {
   const Graph graph = testing::residual_net();
   const fs::path dir = make_photos("gate", 24);
