@@ -69,14 +69,14 @@ enum class OpType {
   // x / max(||x||_p, epsilon) along one axis (LpNormAttrs); also made by fuse_l2_normalize from
   // F.normalize's ReduceL2 -> Clip -> [Expand] -> Div (Swin V2's cosine attention)
   kLpNormalization,
-  kGelu,                // GeluAttrs; made by fuse_gelu from the exported Erf (or Tanh) pattern
-  kCast,                // CastAttrs
-  kExpand,              // inputs data, shape (int64)
-  kConstantOfShape,     // input shape (int64); ConstantOfShapeAttrs
-  kRange,               // inputs start, limit, delta (scalars)
-  kScatterND,           // inputs data, indices (int64), updates; reduction none
-  kPad,                 // inputs data, pads (int64), [constant_value]; mode constant
-  kMax,                 // two inputs, numpy broadcasting
+  kGelu,             // GeluAttrs; made by fuse_gelu from the exported Erf (or Tanh) pattern
+  kCast,             // CastAttrs
+  kExpand,           // inputs data, shape (int64)
+  kConstantOfShape,  // input shape (int64); ConstantOfShapeAttrs
+  kRange,            // inputs start, limit, delta (scalars)
+  kScatterND,        // inputs data, indices (int64), updates; reduction none
+  kPad,              // inputs data, pads (int64), [constant_value]; mode constant
+  kMax,              // two inputs, numpy broadcasting
   kMin,
   // Scaled dot-product attention, made by fuse_attention: inputs Q [..., T, D], K [..., S, D],
   // V [..., S, Dv], [bias] (broadcast to [..., T, S]); y = softmax(scale * Q K^T + bias) V,

@@ -223,7 +223,7 @@ struct PlanStep {
   // kLayerNorm: y = x / max(||x||_2, epsilon) * W + b over each row (F.normalize; LpNormalization)
   // instead of LayerNorm's (x - mean) / sqrt(var + epsilon) * W + b. Plan format 6.
   bool l2_norm = false;
-  float scale = 1.0f;                   // kMatMul, kAttention
+  float scale = 1.0f;  // kMatMul, kAttention
 };
 
 struct PlanWeight {

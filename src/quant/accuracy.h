@@ -104,7 +104,6 @@ struct AccuracyOptions {
 
 inline constexpr size_t kLinearFallbackSteps = 4;
 
-
 // One plan the fallback scored: the first `layers` ranked layers in FP16.
 struct FallbackStep {
   int64_t layers = 0;

@@ -51,7 +51,7 @@ struct PlanFacts {
   // "timed" (or from the timing cache), "timed at N" (chosen at batch N, --timed-tactics-up-to),
   // "heuristic" (cuDNN's first choice), "simulated"
   std::string tactics;
-  double seconds = 0;   // host time the plan took
+  double seconds = 0;  // host time the plan took
 };
 
 // Where an out-of-memory happened.

@@ -28,7 +28,8 @@ struct BuildFlags {
 inline constexpr int64_t kMaxWorkspaceMib = int64_t{1} << 20;
 
 // Declares --timing-cache, --no-stem-space-to-depth, --no-fuse-stem, --no-fold-casts,
-// --batch-chunks, --no-batch-chunks, --max-workspace-mib and --tactic-batch on `sub`; `help_prefix` starts each help text
+// --batch-chunks, --no-batch-chunks, --max-workspace-mib and --tactic-batch on `sub`; `help_prefix` starts
+// each help text
 // ("[--model] " for bench).
 void add_build_flags(CLI::App* sub, BuildFlags* flags, std::string_view help_prefix = "");
 
