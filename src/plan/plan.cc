@@ -524,6 +524,24 @@ T integer(const json& j) {
   return static_cast<T>(j.get<int64_t>());
 }
 
+// A list of integer fields, each as integer<T> reads it.
+template <typename T>
+std::vector<T> integers(const json& j) {
+  if (!j.is_array()) throw std::runtime_error("an integer list field holds " + j.dump());
+  std::vector<T> v;
+  for (const json& e : j) v.push_back(integer<T>(e));
+  return v;
+}
+
+// A float field: converting a JSON number beyond float's range to float is undefined behaviour.
+float real32(const json& j) {
+  if (!j.is_number()) throw std::runtime_error("a number field holds " + j.dump());
+  const double d = j.get<double>();
+  if (std::abs(d) > static_cast<double>(std::numeric_limits<float>::max()))
+    throw std::runtime_error("a number field is out of float's range: " + j.dump());
+  return static_cast<float>(d);
+}
+
 json hw_json(const Hw& hw) {
   return json::array({hw.h, hw.w});
 }
@@ -666,7 +684,7 @@ Activation activation_from(int v) {
 // max) as null, which reads back as the missing bound's infinity (`sign` -1: min, +1: max).
 float clip_bound(const json& j, int sign) {
   if (j.is_null()) return sign * std::numeric_limits<float>::infinity();
-  return j.get<float>();
+  return real32(j);
 }
 
 template <typename T>
@@ -727,14 +745,14 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob, uint32_t v
     v.c = integer<int64_t>(jv.at("c"));
     v.c_valid = integer<int64_t>(jv.at("c_valid"));
     v.dtype = dtype_from(jv.at("dtype").get<std::string>(), version, "value '" + v.name + "'");
-    if (is_quantized_dtype(v.dtype)) v.scale = jv.at("scale").get<float>();
+    if (is_quantized_dtype(v.dtype)) v.scale = real32(jv.at("scale"));
     plan.values.push_back(std::move(v));
   }
   for (const auto& js : j.at("steps")) {
     PlanStep s;
     s.kind = step_kind_from(js.at("kind").get<std::string>());
     s.name = js.at("name").get<std::string>();
-    s.inputs = js.at("inputs").get<std::vector<int>>();
+    s.inputs = integers<int>(js.at("inputs"));
     s.output = integer<int>(js.at("output"));
     s.precision = precision_from(js.at("precision").get<std::string>(), version, "step '" + s.name + "'");
     s.weight = integer<int>(js.at("weight"));
@@ -765,25 +783,25 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob, uint32_t v
       s.space_to_depth = {integer<int64_t>(sd.at("block")), integer<int64_t>(sd.at("pad_top")),
                           integer<int64_t>(sd.at("pad_left"))};
     }
-    if (s.kind == StepKind::kStem) s.fused_values = js.at("fused_values").get<std::vector<int>>();
+    if (s.kind == StepKind::kStem) s.fused_values = integers<int>(js.at("fused_values"));
     if (is_view_step(s.kind)) {
       for (const auto& jv : js.at("views")) {
         TensorView v;
         v.offset = integer<int64_t>(jv.at("offset"));
-        v.dims = jv.at("dims").get<std::vector<int64_t>>();
-        v.strides = jv.at("strides").get<std::vector<int64_t>>();
+        v.dims = integers<int64_t>(jv.at("dims"));
+        v.strides = integers<int64_t>(jv.at("strides"));
         s.views.push_back(std::move(v));
       }
     }
     if (s.kind == StepKind::kEltwise) s.eltwise = eltwise_op_from(js.at("eltwise").get<std::string>());
-    if (s.kind == StepKind::kLayerNorm) s.epsilon = js.at("epsilon").get<float>();
+    if (s.kind == StepKind::kLayerNorm) s.epsilon = real32(js.at("epsilon"));
     if (s.kind == StepKind::kLayerNorm && js.contains("l2")) s.l2_norm = js.at("l2").get<bool>();
-    if (s.kind == StepKind::kMatMul || s.kind == StepKind::kAttention) s.scale = js.at("scale").get<float>();
+    if (s.kind == StepKind::kMatMul || s.kind == StepKind::kAttention) s.scale = real32(js.at("scale"));
     if (s.kind == StepKind::kPointwise || s.kind == StepKind::kLinear) {
       const auto& pw = js.at("pointwise");
       s.pointwise = pointwise_fn_from(pw.at("fn").get<std::string>());
-      s.alpha = pw.at("alpha").get<float>();
-      s.beta = pw.at("beta").get<float>();
+      s.alpha = real32(pw.at("alpha"));
+      s.beta = real32(pw.at("beta"));
       if (s.pointwise == PointwiseFn::kFakeQuantize)
         require_quantized_version(version, "step '" + s.name + "' fake-quantizes");
       if (s.pointwise == PointwiseFn::kFakeQuantize && !(s.alpha > 0.0f))
@@ -810,7 +828,7 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob, uint32_t v
     PlanWeight w;
     w.name = jw.at("name").get<std::string>();
     w.dtype = dtype_from(jw.at("dtype").get<std::string>(), version, "weight '" + w.name + "'");
-    w.shape = Shape(jw.at("shape").get<std::vector<int64_t>>());
+    w.shape = Shape(integers<int64_t>(jw.at("shape")));
     const auto offset = jw.at("offset").get<uint64_t>();
     const auto size = jw.at("bytes").get<uint64_t>();
     if (offset > blob.size() || size > blob.size() - offset)

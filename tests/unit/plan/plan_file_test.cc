@@ -245,6 +245,19 @@ TEST(PlanFile, WeightOffsetsOutsideTheFileAreRefused) {
   }
 }
 
+// A number beyond its field's type in a list (a weight's shape of 1e308): converting it would be
+// undefined behaviour (fuzz_plan found it in a view's dims), so the file is refused as invalid.
+TEST(PlanFile, NumbersBeyondTheirTypeAreRefused) {
+  auto r = deserialize_plan(with_header(
+      serialize_plan(small_plan()), +[](std::string h) {
+        const size_t at = h.find("\"shape\":[");
+        return h.replace(at, 9, "\"shape\":[1e308,");
+      }));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidFile);
+  EXPECT_NE(r.status().message().find("integer field"), std::string::npos) << r.status().message();
+}
+
 // Sizes within each field's own range whose products overflow or ask for more memory than any GPU
 // has: refused by validate, before the runtime's memory planner multiplies them.
 TEST(PlanFile, SizesWhoseProductsOverflowAreRefused) {
