@@ -214,10 +214,6 @@ PointTelemetry aggregate_telemetry(const std::vector<telemetry::GpuSample>& all,
   t.power_mean_w = power.mean();
   t.power_max_w = power.hi();
   t.power_limit_w = last.power_limit_w;
-  if (t.power_limit_w && *t.power_limit_w > 0) {
-    if (t.power_mean_w) t.power_mean_share = *t.power_mean_w / *t.power_limit_w;
-    if (t.power_max_w) t.power_max_share = *t.power_max_w / *t.power_limit_w;
-  }
   // Energy: NVML's counter over the samples' span, scaled to the window; else mean power x window.
   const telemetry::GpuSample* first_e = nullptr;
   const telemetry::GpuSample* last_e = nullptr;
@@ -238,7 +234,6 @@ PointTelemetry aggregate_telemetry(const std::vector<telemetry::GpuSample>& all,
       // H100 sweep's FP16 ResNet-18 points read 260 W by samples where the counter and a 20 s
       // nvidia-smi reading gave 680-720 W; bench/results/2026-12-05-eb666af).
       t.power_mean_w = joules / span_s;
-      if (t.power_limit_w && *t.power_limit_w > 0) t.power_mean_share = *t.power_mean_w / *t.power_limit_w;
     } else if (t.power_mean_w) {
       t.energy_per_image_j = *t.power_mean_w * window_s / static_cast<double>(images);
       t.energy_source = "integrated";
@@ -246,6 +241,10 @@ PointTelemetry aggregate_telemetry(const std::vector<telemetry::GpuSample>& all,
     // NVML's PCIe counters are KB/s (1024 bytes) over a ~20 ms window.
     if (auto m = tx.mean()) t.pcie_tx_bytes_per_image = *m * 1024.0 * window_s / static_cast<double>(images);
     if (auto m = rx.mean()) t.pcie_rx_bytes_per_image = *m * 1024.0 * window_s / static_cast<double>(images);
+  }
+  if (t.power_limit_w && *t.power_limit_w > 0) {
+    if (t.power_mean_w) t.power_mean_share = *t.power_mean_w / *t.power_limit_w;
+    if (t.power_max_w) t.power_max_share = *t.power_max_w / *t.power_limit_w;
   }
   t.sm_clock_mean_mhz = sm.mean();
   t.sm_clock_min_mhz = sm.lo();

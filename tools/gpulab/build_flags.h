@@ -28,15 +28,13 @@ struct BuildFlags {
 inline constexpr int64_t kMaxWorkspaceMib = int64_t{1} << 20;
 
 // Declares --timing-cache, --no-stem-space-to-depth, --no-fuse-stem, --no-fold-casts,
-// --batch-chunks, --no-batch-chunks, --max-workspace-mib and --tactic-batch on `sub`; `help_prefix` starts
-// each help text
-// ("[--model] " for bench).
+// --batch-chunks, --no-batch-chunks, --max-workspace-mib and --tactic-batch on `sub`;
+// `help_prefix` starts each help text ("[--model] " for bench).
 void add_build_flags(CLI::App* sub, BuildFlags* flags, std::string_view help_prefix = "");
 
 // BuildOptions with the flags' fields set (the rest as default), or kInvalidArgument naming
 // --max-workspace-mib when it is outside 0..kMaxWorkspaceMib, --tactic-batch when it is outside
-// 1..1048576, or --batch-chunks when its mode is
-// not known or --no-batch-chunks contradicts it.
+// 1..1048576, or --batch-chunks when its mode is not known or --no-batch-chunks contradicts it.
 Result<BuildOptions> build_options_from(const BuildFlags& flags);
 
 // The first of the flags that was given (for `bench --plan`, where they would do nothing), or

@@ -115,27 +115,27 @@ __global__ void layer_norm_kernel(const T* x, const float* gamma, const float* b
   const int64_t n = row / d.rows, r = row % d.rows;
   const T* xr = x + n * d.x_image_stride + d.x_offset + r * d.x_row_stride;
   T* yr = y + n * d.y_image_stride + d.y_offset + r * d.y_row_stride;
-  if (d.l2) {  // x / max(||x||, epsilon); a zero denominator gives zeros
-    float sq = 0.0f;
-    for (int64_t i = threadIdx.x; i < d.c; i += blockDim.x) {
-      const float v = to_float(xr[i]);
-      sq += v * v;
-    }
-    const float norm = fmaxf(sqrtf(block_sum(sq, scratch)), d.epsilon);
-    const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
-    for (int64_t i = threadIdx.x; i < d.c; i += blockDim.x)
-      yr[i] = from_float<T>(to_float(xr[i]) * inv * gamma[i] + (beta ? beta[i] : 0.0f));
-    return;
+  // The L2 mode (F.normalize) is the layer norm without the mean: x / max(||x||, epsilon), and a
+  // zero denominator gives zeros.
+  float mean = 0.0f;
+  if (!d.l2) {
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < d.c; i += blockDim.x) sum += to_float(xr[i]);
+    mean = block_sum(sum, scratch) / static_cast<float>(d.c);
   }
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < d.c; i += blockDim.x) sum += to_float(xr[i]);
-  const float mean = block_sum(sum, scratch) / static_cast<float>(d.c);
   float sq = 0.0f;
   for (int64_t i = threadIdx.x; i < d.c; i += blockDim.x) {
     const float v = to_float(xr[i]) - mean;
     sq += v * v;
   }
-  const float inv = rsqrtf(block_sum(sq, scratch) / static_cast<float>(d.c) + d.epsilon);
+  const float total = block_sum(sq, scratch);
+  float inv;
+  if (d.l2) {
+    const float norm = fmaxf(sqrtf(total), d.epsilon);
+    inv = norm > 0.0f ? 1.0f / norm : 0.0f;
+  } else {
+    inv = rsqrtf(total / static_cast<float>(d.c) + d.epsilon);
+  }
   for (int64_t i = threadIdx.x; i < d.c; i += blockDim.x)
     yr[i] = from_float<T>((to_float(xr[i]) - mean) * inv * gamma[i] + (beta ? beta[i] : 0.0f));
 }
