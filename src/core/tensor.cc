@@ -87,14 +87,15 @@ Tensor::Tensor(DataType dtype, Shape shape) : dtype_(dtype), shape_(std::move(sh
 Tensor Tensor::from_floats(Shape shape, std::span<const float> values) {
   Tensor t(DataType::kFloat32, std::move(shape));
   assert(static_cast<int64_t>(values.size()) == t.numel());
-  std::memcpy(t.data(), values.data(), t.size_bytes());
+  // An empty tensor (a zero dimension) has no storage: memcpy would get null pointers.
+  if (t.size_bytes() != 0) std::memcpy(t.data(), values.data(), t.size_bytes());
   return t;
 }
 
 Tensor Tensor::from_int64s(Shape shape, std::span<const int64_t> values) {
   Tensor t(DataType::kInt64, std::move(shape));
   assert(static_cast<int64_t>(values.size()) == t.numel());
-  std::memcpy(t.data(), values.data(), t.size_bytes());
+  if (t.size_bytes() != 0) std::memcpy(t.data(), values.data(), t.size_bytes());
   return t;
 }
 

@@ -25,6 +25,19 @@ TEST(Tensor, FromBytesChecksSize) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidFile);
 }
 
+// An ONNX initializer may have a zero dimension (fuzz_onnx_import: a float16 weight of shape
+// [2,0,1,1]); building it must not hand memcpy the null pointers of empty storage.
+TEST(Tensor, EmptyTensorsFromValues) {
+  std::vector<float> no_floats;
+  Tensor f = Tensor::from_floats(Shape{2, 0, 1, 1}, no_floats);
+  EXPECT_EQ(f.numel(), 0);
+  EXPECT_EQ(f.size_bytes(), 0u);
+  std::vector<int64_t> no_ints;
+  Tensor i = Tensor::from_int64s(Shape{0}, no_ints);
+  EXPECT_EQ(i.numel(), 0);
+  EXPECT_EQ(i.dtype(), DataType::kInt64);
+}
+
 TEST(Tensor, ReshapeKeepsData) {
   std::vector<float> v{1, 2, 3, 4, 5, 6};
   Tensor t = Tensor::from_floats(Shape{2, 3}, v);
