@@ -76,6 +76,10 @@ struct BuildOptions {
   // calibration (src/quant/calibration.h). Scales are amax / 127 (INT8) and amax / 448 (FP8). A
   // scale the model gives itself (a folded QuantizeLinear) takes precedence.
   std::map<std::string, float> activation_amax;
+  // INT8/FP8 plans: per node name, values added to the bias of a Conv or Gemm that runs in the
+  // 8-bit precision, one per output channel: bias correction (src/quant/bias_correction.h), which
+  // cancels the mean shift quantization gives each channel. Ignored for layers in float.
+  std::map<std::string, std::vector<float>> bias_correction;
   int device = 0;  // CUDA device ordinal
   // Run a strided stem convolution on few channels (ResNet's 7x7/2 over RGB) over a
   // space-to-depth rearrangement of the input that the input conversion writes: a 4x4/1

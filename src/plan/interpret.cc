@@ -187,12 +187,14 @@ class Interpreter {
           for (int64_t k = 0; k < y.c; ++k) {
             double v = acc[static_cast<size_t>(k)];
             if (res) v += (*res)[static_cast<size_t>(at + k)];
-            out[static_cast<size_t>(at + k)] =
-                activate(static_cast<float>(v), a.activation, a.clip_min, a.clip_max);
+            out[static_cast<size_t>(at + k)] = static_cast<float>(v);
           }
         }
       }
     });
+    if (options_.pre_activation) options_.pre_activation(s, out, y.c);
+    if (a.activation != Activation::kNone)
+      for (float& v : out) v = activate(v, a.activation, a.clip_min, a.clip_max);
     return Status::ok();
   }
 
@@ -236,6 +238,7 @@ class Interpreter {
           acc += static_cast<double>(in[n * features + i]) * wt[o * features + i];
         out[n * y.c + o] = static_cast<float>(acc);
       }
+    if (options_.pre_activation) options_.pre_activation(s, out, y.c);
     return Status::ok();
   }
 
@@ -328,13 +331,17 @@ class Interpreter {
     return v;
   }
 
-  // The epilogue of src/core/quant.h for one output element: acc is the integer (INT8) or float32
-  // (FP8) sum; multiplier = x.scale * weight scale of the channel.
-  static float epilogue(float acc, float multiplier, float bias, const float* residual, float res_scale,
-                        Activation act, float lo, float hi, const PlanValue& y) {
+  // The epilogue of src/core/quant.h for one output element, in two parts around
+  // InterpretOptions::pre_activation. The value before the activation: acc is the integer (INT8)
+  // or float32 (FP8) sum; multiplier = x.scale * weight scale of the channel.
+  static float epilogue_sum(float acc, float multiplier, float bias, const float* residual, float res_scale) {
     float v = acc * multiplier;
     v = v + bias;
     if (residual) v = v + *residual * res_scale;
+    return v;
+  }
+  // Then the activation and the output's quantization.
+  static float epilogue_store(float v, Activation act, float lo, float hi, const PlanValue& y) {
     v = activate(v, act, lo, hi);
     if (y.dtype == DataType::kInt8) return static_cast<float>(quantize_int8(v, 1.0f / y.scale));
     if (y.dtype == DataType::kFp8E4M3) return quantize_fp8(v, 1.0f / y.scale);
@@ -374,9 +381,10 @@ class Interpreter {
     const size_t channels = static_cast<size_t>(y.c);
     for (size_t i = 0; i < out.size(); ++i) {
       const size_t k = i % channels;
-      out[i] = epilogue(acc[i], multiplier[k], bias[k], res ? &(*res)[i] : nullptr, res_scale,
-                        s.conv.activation, s.conv.clip_min, s.conv.clip_max, y);
+      out[i] = epilogue_sum(acc[i], multiplier[k], bias[k], res ? &(*res)[i] : nullptr, res_scale);
     }
+    if (options_.pre_activation) options_.pre_activation(s, out, y.c);
+    for (float& v : out) v = epilogue_store(v, s.conv.activation, s.conv.clip_min, s.conv.clip_max, y);
     return Status::ok();
   }
 
@@ -393,8 +401,9 @@ class Interpreter {
     auto& out = alloc(s.output);
     for (int64_t n = 0; n < batch_; ++n)
       for (int64_t o = 0; o < y.c; ++o)
-        out[n * y.c + o] = epilogue(acc[n * y.c + o], x.scale * w_scale[o], bias[o], nullptr, 0.0f,
-                                    Activation::kNone, 0, 0, y);
+        out[n * y.c + o] = epilogue_sum(acc[n * y.c + o], x.scale * w_scale[o], bias[o], nullptr, 0.0f);
+    if (options_.pre_activation) options_.pre_activation(s, out, y.c);
+    for (float& v : out) v = epilogue_store(v, Activation::kNone, 0, 0, y);
     return Status::ok();
   }
 
@@ -453,7 +462,8 @@ Result<std::vector<float>> interpret_plan(const Plan& plan, std::span<const floa
         "interpret: the input holds {} floats, batch {} of [{}, {}, {}] needs {}. Pass float NCHW "
         "images of the plan's input size.",
         input_nchw.size(), batch, plan.input_channels, plan.input_h, plan.input_w, batch * per_image));
-  const int64_t threads = std::min<int64_t>(std::max(options.num_threads, 1), batch);
+  const int64_t threads =
+      options.pre_activation ? 1 : std::min<int64_t>(std::max(options.num_threads, 1), batch);
   if (threads == 1) return Interpreter(plan, batch, options).run(input_nchw);
   // Images are independent: each thread interprets a contiguous part of the batch.
   std::vector<Result<std::vector<float>>> parts(static_cast<size_t>(threads), std::vector<float>{});

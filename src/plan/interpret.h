@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <span>
@@ -56,6 +57,13 @@ struct InterpretOptions {
   // indexed like Plan::values; empty for values no step wrote), for per-layer error analysis. An
   // int8/fp8e4m3 value is given as real numbers: its quantized numbers times its scale.
   std::vector<std::vector<float>>* values = nullptr;
+  // When set, every kConv and kGemm step calls it with its values before the activation: the
+  // bias and any residual added (a quantized layer's real values acc * multiplier + bias +
+  // residual * scale), NHWC over the whole batch with `channels` innermost. It may change them;
+  // the activation and the rounding to the stored type then apply. Bias correction
+  // (src/quant/bias_correction.h) measures and shifts channel means here. With it set the batch
+  // is interpreted on one thread, so that each call sees every image.
+  std::function<void(const PlanStep& step, std::span<float> values, int64_t channels)> pre_activation;
   // Threads, each interpreting a contiguous part of the batch (the results do not depend on it).
   int num_threads = 1;
 };

@@ -243,6 +243,13 @@ struct Lowering {
     return quantized && (node.op == OpType::kConv || node.op == OpType::kGemm) &&
            layer_precision(node) == options.precision;
   }
+  // BuildOptions::bias_correction of a quantized layer added to its bias (one value per output
+  // channel; a correction of another length was made for another model and is not used).
+  void correct_bias(const Node& node, std::vector<float>& bias) const {
+    const auto it = options.bias_correction.find(node.name);
+    if (it == options.bias_correction.end() || it->second.size() != bias.size()) return;
+    for (size_t k = 0; k < bias.size(); ++k) bias[k] += it->second[k];
+  }
   // The quantized weight of a layer [channels, per_channel] and its scales (lower_quant.h).
   void add_quantized_weight(PlanStep& st, const Node& node, Shape shape, std::span<const float> values) {
     const auto it = graph.quantization.weight_scales.find(node.input(1));
@@ -366,7 +373,13 @@ struct Lowering {
       // of a channel by the same rounding error (the epilogue adds it in FP32 either way).
       // INT8/FP8 layers add it in float32 in their epilogue (src/core/quant.h).
       const DataType bias_dtype = layer_dtype == DataType::kBFloat16 || q ? DataType::kFloat32 : layer_dtype;
-      st.bias = add_weight(node.input(2), Shape{k}, b->f32(), bias_dtype);
+      std::vector<float> bias(b->f32().begin(), b->f32().end());
+      if (q) correct_bias(node, bias);
+      st.bias = add_weight(node.input(2), Shape{k}, bias, bias_dtype);
+    } else if (q && options.bias_correction.contains(node.name)) {
+      std::vector<float> bias(static_cast<size_t>(k), 0.0f);
+      correct_bias(node, bias);
+      st.bias = add_weight(node.name + ".bias_correction", Shape{k}, bias, DataType::kFloat32);
     }
     if (attrs.has_residual) {
       GPULAB_ASSIGN_OR_RETURN(int res, input_value(node, 3));
@@ -443,7 +456,12 @@ struct Lowering {
         return unsupported(node, "C is not a constant float vector of the output size");
       std::vector<float> bias(c->f32().begin(), c->f32().end());
       for (auto& v : bias) v *= a.beta;
+      if (q) correct_bias(node, bias);
       st.bias = add_weight(node.input(2), Shape{out}, bias, q ? DataType::kFloat32 : gemm_dtype);
+    } else if (q && options.bias_correction.contains(node.name)) {
+      std::vector<float> bias(static_cast<size_t>(out), 0.0f);
+      correct_bias(node, bias);
+      st.bias = add_weight(node.name + ".bias_correction", Shape{out}, bias, DataType::kFloat32);
     }
     GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0],
                                                  q ? quantized_output_dtype(node.outputs[0]) : gemm_dtype));

@@ -153,6 +153,7 @@ Result<Plan> lower_for(const Graph& graph, Precision precision, const AccuracyOp
   BuildOptions build{.precision = precision, .max_batch = 64};
   build.activation_amax = options.activation_amax;
   build.layer_precision = layers;
+  build.bias_correction = options.bias_correction;
   return lower_graph(graph, build);
 }
 

@@ -93,9 +93,11 @@ struct AccuracyOptions {
   Precision precision = Precision::kInt8;
   std::map<std::string, float> activation_amax;      // INT8/FP8: calibrated ranges (calibration.h)
   std::map<std::string, Precision> layer_precision;  // fixed per-layer overrides
-  double gate = 0.99;                                // top-1 agreement the fallback aims for
-  bool fallback = false;                             // move layers to FP16 until the gate is met
-  bool per_layer = false;                            // per-layer localisation
+  // INT8/FP8: BuildOptions::bias_correction of every plan built (bias_correction.h)
+  std::map<std::string, std::vector<float>> bias_correction;
+  double gate = 0.99;      // top-1 agreement the fallback aims for
+  bool fallback = false;   // move layers to FP16 until the gate is met
+  bool per_layer = false;  // per-layer localisation
   int64_t per_layer_images = 100;
   int num_threads = 0;
   // Progress of each phase: called with a short phase name, images done, images in the phase.

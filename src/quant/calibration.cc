@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -59,10 +60,7 @@ std::vector<int64_t> spread_subset(int64_t total, int64_t count) {
   return out;
 }
 
-namespace {
-
-// Decodes and preprocesses images[first, first + count) into one NCHW batch.
-Result<std::vector<float>> load_batch(std::span<const fs::path> images, const PreprocessSpec& spec) {
+Result<std::vector<float>> load_image_batch(std::span<const fs::path> images, const PreprocessSpec& spec) {
   const int64_t per_image = spec.image_numel();
   std::vector<float> batch(static_cast<size_t>(per_image) * images.size());
   for (size_t i = 0; i < images.size(); ++i) {
@@ -72,8 +70,6 @@ Result<std::vector<float>> load_batch(std::span<const fs::path> images, const Pr
   }
   return batch;
 }
-
-}  // namespace
 
 Result<CalibrationStatistics> collect_statistics(const Graph& graph, std::span<const fs::path> images,
                                                  const PreprocessSpec& spec,
@@ -100,7 +96,7 @@ Result<CalibrationStatistics> collect_statistics(const Graph& graph, std::span<c
     const int64_t count = std::min(per_batch, total - first);
     GPULAB_ASSIGN_OR_RETURN(
         const std::vector<float> input,
-        load_batch(images.subspan(static_cast<size_t>(first), static_cast<size_t>(count)), spec));
+        load_image_batch(images.subspan(static_cast<size_t>(first), static_cast<size_t>(count)), spec));
     std::vector<std::vector<float>> values;
     InterpretOptions run{.values = &values, .num_threads = threads};
     GPULAB_TRY(interpret_plan(plan, input, count, run).status());
@@ -142,14 +138,18 @@ Status save_calibration_cache(const CalibrationCache& cache, const fs::path& pat
     tensors[name] = {{"amax", amax},
                      {"int8_scale", symmetric_scale(amax, kInt8QuantMax)},
                      {"fp8_scale", symmetric_scale(amax, kFp8E4M3Max)}};
+  nlohmann::json corrections = nlohmann::json::object();
+  for (const auto& [precision, layers] : cache.bias_correction)
+    for (const auto& [layer, values] : layers) corrections[precision][layer] = values;
   const nlohmann::json j = {{"schema", "gpulab.calibration"},
-                            {"schema_version", 1},
+                            {"schema_version", 2},
                             {"model", cache.model},
                             {"model_fnv1a64", cache.model_hash},
                             {"calibrator", std::string(calibrator_name(cache.calibrator))},
                             {"percentile", cache.percentile},
                             {"images", cache.images},
-                            {"tensors", std::move(tensors)}};
+                            {"tensors", std::move(tensors)},
+                            {"bias_correction", std::move(corrections)}};
   return write_file_atomic(path, j.dump(1) + "\n");
 }
 
@@ -165,8 +165,9 @@ Result<CalibrationCache> parse_calibration_cache(std::string_view text, const fs
   const JsonReader r{j, ""};
   const auto schema = r.text("schema");
   const auto version = r.integer("schema_version");
-  if (!schema.is_ok() || *schema != "gpulab.calibration" || !version.is_ok() || *version != 1)
-    return invalid("not a gpulab.calibration schema version 1 file");
+  if (!schema.is_ok() || *schema != "gpulab.calibration" || !version.is_ok() ||
+      (*version != 1 && *version != 2))
+    return invalid("not a gpulab.calibration file of schema version 1 or 2");
   CalibrationCache cache;
   const auto read = [&]() -> Status {
     GPULAB_ASSIGN_OR_RETURN(const std::optional<std::string> model, r.optional<std::string>("model"));
@@ -183,6 +184,23 @@ Result<CalibrationCache> parse_calibration_cache(std::string_view text, const fs
       if (!(amax >= 0.0) || !(amax <= std::numeric_limits<float>::max()))
         return Status::invalid_file(fmt::format("tensor '{}' has amax {}", name, amax));
       cache.amax[name] = static_cast<float>(amax);
+    }
+    GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* corrections, r.optional_object("bias_correction"));
+    if (!corrections) return Status::ok();
+    for (const auto& [precision, layers] : corrections->items()) {
+      const JsonReader by_precision = r.child(*corrections, "bias_correction");
+      GPULAB_ASSIGN_OR_RETURN(const nlohmann::json* per_layer, by_precision.object(precision.c_str()));
+      for (const auto& [layer, values] : per_layer->items()) {
+        const std::string where = "bias_correction." + precision + "." + layer;
+        if (!values.is_array()) return Status::invalid_file(where + ": not an array of numbers");
+        std::vector<float>& out = cache.bias_correction[precision][layer];
+        for (const auto& v : values) {
+          // A correction is a shift of a layer's output mean: finite and within float's range.
+          if (!v.is_number() || !(std::abs(v.get<double>()) <= std::numeric_limits<float>::max()))
+            return Status::invalid_file(where + ": not an array of finite numbers");
+          out.push_back(static_cast<float>(v.get<double>()));
+        }
+      }
     }
     return Status::ok();
   };

@@ -11,9 +11,13 @@
 //   {"schema": "gpulab.calibration", "schema_version": 1, "model": "<file name>",
 //    "model_fnv1a64": "<16 hex digits: FNV-1a 64 of the ONNX file's bytes>",
 //    "calibrator": "entropy|percentile|minmax", "percentile": 99.99, "images": N,
-//    "tensors": {"<value name>": {"amax": a, "int8_scale": a / 127, "fp8_scale": a / 448}, ...}}
+//    "tensors": {"<value name>": {"amax": a, "int8_scale": a / 127, "fp8_scale": a / 448}, ...},
+//    "bias_correction": {"int8": {"<Conv/Gemm node name>": [one float per output channel], ...},
+//                        "fp8": {...}}}
 // A cache is reused only for the model it was made for (same hash); the scales are written for
-// people and other tools, gpulab reads amax.
+// people and other tools, gpulab reads amax. bias_correction (schema version 2; optional) holds
+// bias_correction.h's corrections per 8-bit precision, computed on the same images with these
+// ranges; version 1 files (without it) are still read.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +49,11 @@ Result<std::vector<std::filesystem::path>> calibration_images(const std::filesys
 // scores on the others when both use one folder.
 std::vector<int64_t> spread_subset(int64_t total, int64_t count);
 
+// Decodes and preprocesses `images` into one float NCHW batch (kInvalidFile naming an image that
+// does not decode).
+Result<std::vector<float>> load_image_batch(std::span<const std::filesystem::path> images,
+                                            const PreprocessSpec& spec);
+
 // Progress over images: called after each batch with (images done, images in all).
 using ProgressFn = std::function<void(int64_t done, int64_t total)>;
 
@@ -75,6 +84,8 @@ struct CalibrationCache {
   double percentile = 99.99;
   int64_t images = 0;
   std::map<std::string, float> amax;  // by value name
+  // By precision name ("int8", "fp8"), then node name: BuildOptions::bias_correction.
+  std::map<std::string, std::map<std::string, std::vector<float>>> bias_correction;
 };
 
 // Every tensor's amax under `calibrator`.

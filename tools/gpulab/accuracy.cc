@@ -244,7 +244,13 @@ int run_accuracy(AccuracyFlags f) {
         .per_layer_images = f.per_layer_images,
         .num_threads = threads,
         .progress = [&](std::string_view phase, int64_t d, int64_t t) { progress.update(phase, d, t); }};
-    if (calibration) options.activation_amax = calibration->cache.amax;
+    if (calibration && is_quantized(p)) {
+      options.activation_amax = calibration->cache.amax;
+      BuildOptions build{.precision = p};
+      build.activation_amax = options.activation_amax;
+      GPULAB_ASSIGN_OR_REPORT(options.bias_correction, model_bias_correction(f.calibration, *calibration,
+                                                                             graph, build, spec, threads));
+    }
     GPULAB_ASSIGN_OR_REPORT(AccuracyResult r, measure_agreement(graph, set, fp32, options));
     results.push_back(std::move(r));
   }
@@ -279,7 +285,8 @@ int run_accuracy(AccuracyFlags f) {
           {"data", calibration->from_cache ? nlohmann::json(nullptr) : nlohmann::json(f.calibration.data)},
           {"cache",
            f.calibration.cache.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.calibration.cache)},
-          {"seconds", calibration->seconds}};
+          {"seconds", calibration->seconds},
+          {"bias_correction", f.calibration.bias_correction == "on"}};
     nlohmann::json rs = nlohmann::json::array();
     for (const auto& r : results) rs.push_back(result_json(r, labelled > 0));
     j["results"] = std::move(rs);

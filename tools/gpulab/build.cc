@@ -40,8 +40,7 @@ Status quantize(const BuildCommandOptions& o, BuildOptions& options) {
   GPULAB_ASSIGN_OR_RETURN(Graph graph, load_onnx(o.model));
   GPULAB_TRY(run_passes(graph).with_context("optimizing '" + o.model + "'"));
   GPULAB_ASSIGN_OR_RETURN(const PreprocessSpec spec, model_preprocess(graph));
-  GPULAB_ASSIGN_OR_RETURN(const Calibration calibration,
-                          calibrate_model(o.calibration, o.model, graph, spec, 0));
+  GPULAB_ASSIGN_OR_RETURN(Calibration calibration, calibrate_model(o.calibration, o.model, graph, spec, 0));
   options.activation_amax = calibration.cache.amax;
   if (calibration.from_cache)
     fmt::print("calibration: {} ranges of {} tensors from '{}'\n",
@@ -52,6 +51,10 @@ Status quantize(const BuildCommandOptions& o, BuildOptions& options) {
                calibrator_name(calibration.cache.calibrator), calibration.cache.amax.size(),
                calibration.images.size(), o.calibration.data, calibration.seconds,
                o.calibration.cache.empty() ? "" : ", written to " + o.calibration.cache);
+  GPULAB_ASSIGN_OR_RETURN(options.bias_correction,
+                          model_bias_correction(o.calibration, calibration, graph, options, spec, 0));
+  if (!options.bias_correction.empty())
+    fmt::print("bias correction: {} layers\n", options.bias_correction.size());
   if (o.fallback != "auto") return Status::ok();
   if (o.calibration.data.empty())
     return Status::invalid_argument(
@@ -78,6 +81,7 @@ Status quantize(const BuildCommandOptions& o, BuildOptions& options) {
       .precision = options.precision,
       .activation_amax = options.activation_amax,
       .layer_precision = options.layer_precision,
+      .bias_correction = options.bias_correction,
       .gate = o.gate_percent / 100.0,
       .fallback = true,
       .progress = [&](std::string_view phase, int64_t d, int64_t t) { progress.update(phase, d, t); }};

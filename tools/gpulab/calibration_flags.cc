@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "core/log.h"
 #include "progress.h"
+#include "quant/bias_correction.h"
 
 namespace gpulab::cli {
 
@@ -27,6 +29,10 @@ void add_calibration_flags(CLI::App* sub, CalibrationFlags* flags, int64_t defau
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   sub->add_option("--calibration-cache", flags->cache,
                   "Calibration cache (JSON): reused when it was made for this model, else written");
+  sub->add_option("--bias-correction", flags->bias_correction,
+                  "INT8/FP8: cancel each channel's mean shift from quantization through its bias, measured "
+                  "on the calibration images (on, default; or off)")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 Result<PreprocessSpec> model_preprocess(const Graph& graph) {
@@ -93,6 +99,50 @@ Result<Calibration> calibrate_model(const CalibrationFlags& flags, const std::st
            out.cache.amax.size(), stats.images, stats.seconds);
   if (!flags.cache.empty()) GPULAB_TRY(save_calibration_cache(out.cache, flags.cache));
   return out;
+}
+
+Result<std::map<std::string, std::vector<float>>> model_bias_correction(
+    const CalibrationFlags& flags, Calibration& calibration, const Graph& graph, const BuildOptions& build,
+    const PreprocessSpec& spec, int num_threads) {
+  std::map<std::string, std::vector<float>> none;
+  if (flags.bias_correction == "off" || !is_quantized(build.precision)) return none;
+  const std::string precision(precision_name(build.precision));
+  if (auto it = calibration.cache.bias_correction.find(precision);
+      it != calibration.cache.bias_correction.end()) {
+    log_info("bias correction: the corrections of {} layers from '{}'", it->second.size(), flags.cache);
+    return it->second;
+  }
+  std::vector<fs::path> images = calibration.images;
+  if (images.empty() && !flags.data.empty()) {
+    GPULAB_ASSIGN_OR_RETURN(images, picked_calibration_images(flags));
+  }
+  if (images.empty()) {
+    log_warning(
+        "no bias correction: the calibration cache '{}' holds none for {} and no --calibration-data was "
+        "given to measure it on.",
+        flags.cache, precision);
+    return none;
+  }
+  BuildOptions all_8bit = build;
+  all_8bit.layer_precision.clear();
+  ProgressLine progress("");
+  const auto start = std::chrono::steady_clock::now();
+  const BatchSource source = [&](int64_t first, int64_t count) {
+    return load_image_batch(
+        std::span<const fs::path>(images).subspan(static_cast<size_t>(first), static_cast<size_t>(count)),
+        spec);
+  };
+  BiasCorrectionOptions options{.num_threads = num_threads, .progress = [&](int64_t done, int64_t total) {
+                                  progress.update("bias correction (cpu)", done, total);
+                                }};
+  GPULAB_ASSIGN_OR_RETURN(auto corrections, bias_corrections(graph, all_8bit, source,
+                                                             static_cast<int64_t>(images.size()), options));
+  progress.finish();
+  log_info("bias correction: {} layers on {} images in {:.1f} s", corrections.size(), images.size(),
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  calibration.cache.bias_correction[precision] = corrections;
+  if (!flags.cache.empty()) GPULAB_TRY(save_calibration_cache(calibration.cache, flags.cache));
+  return corrections;
 }
 
 }  // namespace gpulab::cli

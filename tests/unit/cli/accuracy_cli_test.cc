@@ -74,6 +74,31 @@ TEST_F(AccuracyCli, CacheOfAnotherModel) {
   EXPECT_THAT(b.err, HasSubstr("Delete it to calibrate again"));
 }
 
+// The bias correction is measured on the calibration images, kept in the cache beside the ranges,
+// and reused from it; --bias-correction off measures none.
+TEST_F(AccuracyCli, BiasCorrectionIsMeasuredAndCached) {
+  const std::string common = "accuracy --model '" + model() + "' --dataset '" + path("photos") +
+                             "' --calibration-data '" + path("calibration") +
+                             "' --json --calibration-cache '";
+  const auto off = run_gpulab(common + path("off.json") + "' --bias-correction off");
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  std::ifstream off_cache(path("off.json"));
+  const std::string off_text((std::istreambuf_iterator<char>(off_cache)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(off_text, HasSubstr("\"bias_correction\": {}"));
+  const auto on = run_gpulab(common + path("on.json") + "' -v");
+  ASSERT_EQ(on.exit_code, 0) << on.output;
+  EXPECT_THAT(on.err, HasSubstr("bias correction: 53 layers on 1 images"));
+  EXPECT_THAT(on.out, HasSubstr("\"agreement\""));
+  std::ifstream on_cache(path("on.json"));
+  const std::string on_text((std::istreambuf_iterator<char>(on_cache)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(on_text, HasSubstr("\"int8\": {"));
+  EXPECT_THAT(on_text, HasSubstr("MobilenetV2/Logits/Conv2d_1c_1x1/Conv2D"));
+  const auto again = run_gpulab(common + path("on.json") + "' -v");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_THAT(again.err,
+              HasSubstr("bias correction: the corrections of 53 layers from '" + path("on.json") + "'"));
+}
+
 TEST_F(AccuracyCli, BadPrecisionAndDataset) {
   const auto p = run_gpulab("accuracy --dataset '" + path("photos") + "' --precision fp32");
   EXPECT_EQ(p.exit_code, 2) << p.output;

@@ -121,7 +121,7 @@ TEST(Calibration, CacheIsReusedOnlyForItsModel) {
   // Integer fields holding floats beyond int64's range are refused by name, never converted.
   for (const auto& [field, replacement] :
        {std::pair<std::string, std::string>{"\"images\": 12", "\"images\": 1e300"},
-        {"\"schema_version\": 1", "\"schema_version\": 1e30"},
+        {"\"schema_version\": 2", "\"schema_version\": 1e30"},
         {"\"images\": 12", "\"images\": \"12\""}}) {
     std::string edited = *read_file_text(path);
     const size_t where = edited.find(field);
