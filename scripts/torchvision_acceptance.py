@@ -17,8 +17,10 @@ input and every module's output rounded: the seeded model's sensitivity). Result
 to the JSON file as each model finishes (a rerun skips the models already there), and the markdown
 table is rewritten from it. Models above --max-gflops (per image, torchvision's published numbers at
 the evaluation size) are listed as not measured, with their estimated time, rather than skipped
-silently; so is a model that exceeds --timeout-s. Bounds: 1e-5 (FP32) and 1e-2 (FP16), or for FP16
-1.25x PyTorch's own float16-storage error where that is larger (the verdict says which).
+silently; so is a model that exceeds --timeout-s. Bounds: 1e-5 (FP32), or for the reference PyTorch's
+own float32 error against its float64 output where that is larger (deep seeded networks drift that
+far in float32 arithmetic whoever computes them); 1e-2 (FP16), or 1.25x PyTorch's own float16-storage
+error where that is larger. The verdict says which bound a model met.
 """
 
 import argparse
@@ -75,14 +77,22 @@ def markdown(records, models):
         floor16 = dict(zip((1, 3), r.get("torch_fp16_storage_rel_l2") or []))
         b = {x["batch"]: x for x in r["batches"]}
         pair = lambda key: " / ".join(fmt(b[k][key]) if k in b else "-" for k in (1, 3))
-        ok32 = all(0 <= x["passes_rel_l2"] <= FP32_BOUND and (not r["plan_built"] or 0 <= x["plan_fp32_rel_l2"] <= FP32_BOUND)
-                   for x in r["batches"])
+        plan32 = all(not r["plan_built"] or 0 <= x["plan_fp32_rel_l2"] <= FP32_BOUND for x in r["batches"])
+        strict32 = plan32 and all(0 <= x["passes_rel_l2"] <= FP32_BOUND for x in r["batches"])
+        # A deep seeded network's float32 arithmetic drifts from float64 by more than 1e-5 in PyTorch
+        # itself: gpulab's reference (float32 values, float64 sums) is then held to PyTorch's own
+        # float32 error on the same input instead.
+        floor32 = dict(zip((1, 3), r.get("torch_fp32_rel_l2") or []))
+        ok32 = plan32 and all(0 <= x["passes_rel_l2"] <= max(FP32_BOUND, floor32.get(x["batch"]) or 0)
+                              for x in r["batches"])
         strict16 = all(not r["plan_built"] or 0 <= x["plan_fp16_rel_l2"] <= FP16_BOUND for x in r["batches"])
         ok16 = all(not r["plan_built"] or
                    0 <= x["plan_fp16_rel_l2"] <= max(FP16_BOUND, 1.25 * (floor16.get(x["batch"]) or 0))
                    for x in r["batches"])
         if not ok32:
             verdict = "FP32 above 1e-5"
+        elif not strict32:
+            verdict = "ok; FP32 above 1e-5, within PyTorch's own float32 error"
         elif strict16:
             verdict = "ok"
         elif ok16:
