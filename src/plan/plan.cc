@@ -697,6 +697,9 @@ T value_or_throw(Result<T> r) {
 // weight scales, the precisions int8 and fp8, the pointwise function fake_quantize.
 constexpr uint32_t kQuantizedPlanFormatVersion = 5;
 
+// The format version that added the L2 mode of kLayerNorm steps ("l2": F.normalize, Swin V2).
+constexpr uint32_t kL2NormPlanFormatVersion = 6;
+
 // Throws when a file of format `version` holds `what`, which only kQuantizedPlanFormatVersion added:
 // such a file was not written by a gpulab, and reading it as if it were newer would misread it.
 void require_quantized_version(uint32_t version, const std::string& what) {
@@ -795,7 +798,14 @@ Plan plan_from_header(const json& j, std::span<const std::byte> blob, uint32_t v
     }
     if (s.kind == StepKind::kEltwise) s.eltwise = eltwise_op_from(js.at("eltwise").get<std::string>());
     if (s.kind == StepKind::kLayerNorm) s.epsilon = real32(js.at("epsilon"));
-    if (s.kind == StepKind::kLayerNorm && js.contains("l2")) s.l2_norm = js.at("l2").get<bool>();
+    if (s.kind == StepKind::kLayerNorm && js.contains("l2")) {
+      if (version < kL2NormPlanFormatVersion)
+        throw std::runtime_error(
+            fmt::format("step '{}' has the L2 mode, which plan format version {} added, in a "
+                        "version-{} file",
+                        s.name, kL2NormPlanFormatVersion, version));
+      s.l2_norm = js.at("l2").get<bool>();
+    }
     if (s.kind == StepKind::kMatMul || s.kind == StepKind::kAttention) s.scale = real32(js.at("scale"));
     if (s.kind == StepKind::kPointwise || s.kind == StepKind::kLinear) {
       const auto& pw = js.at("pointwise");

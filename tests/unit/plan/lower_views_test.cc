@@ -5,7 +5,9 @@
 // window partition with an attention bias, and the view algebra itself.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
+#include <span>
 
 #include "backends/reference/reference_executor.h"
 #include "graph/graph.h"
@@ -230,6 +232,20 @@ TEST(LowerViews, L2NormalizeIsALayerNormStepInL2Mode) {
       EXPECT_FLOAT_EQ(s.epsilon, 1e-12f);
       EXPECT_LT(s.bias, 0);
     }
+  // The L2 mode came with plan format 6: a version-5 file that claims it is refused, not read as
+  // a layer norm.
+  std::vector<std::byte> bytes = serialize_plan(plan);
+  const uint32_t version = 5;
+  std::memcpy(bytes.data() + 8, &version, 4);
+  const uint64_t sum = fnv1a64(std::span(bytes).first(bytes.size() - 8));
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+  const auto old = deserialize_plan(bytes);
+  ASSERT_FALSE(old.is_ok());
+  EXPECT_EQ(old.status().code(), StatusCode::kInvalidFile);
+  EXPECT_NE(
+      old.status().message().find("the L2 mode, which plan format version 6 added, in a version-5 file"),
+      std::string::npos)
+      << old.status().message();
 }
 
 // A ViT encoder block: class token and position embedding, LayerNorm, packed QKV projection, heads
