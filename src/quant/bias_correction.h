@@ -9,9 +9,10 @@
 // residual added) that makes the channel's mean after the activation, over the images and
 // pixels, equal the FP32 plan's; d is added to the bias (BuildOptions::bias_correction, float32
 // in the epilogue). For a layer without activation d is the difference of the means. Matching
-// the means before a ReLU6 instead moved channels by shifts that happen where the activation
-// clamps, and made MobileNetV2's logits error worse (relative L2 0.0860 -> 0.0946 on the 800
-// scored photos, 2026-12-05), where matching after it made it better (-> 0.0768).
+// the means before a ReLU6 instead moves channels by shifts that happen where the activation
+// clamps: on MobileNetV2 (percentile INT8, the 800 scored photos) it made the logits' relative L2
+// error worse, 0.0860 -> 0.0946, where matching after the activation brings it to 0.0693
+// (bench/results/2026-12-05-77c3397).
 //
 // A layer's shift depends on the corrections upstream (the layers before it pass their shifts
 // on), so the layers are corrected in order: the quantized plan runs over each chunk of images
