@@ -97,6 +97,13 @@ TEST_F(AccuracyCli, BiasCorrectionIsMeasuredAndCached) {
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_THAT(again.err,
               HasSubstr("bias correction: the corrections of 53 layers from '" + path("on.json") + "'"));
+  // A cache without corrections and no images to measure them on: said, and the plan is built
+  // uncorrected (here the build stops later where there is no GPU engine).
+  const auto uncorrected = run_gpulab("build '" + model() + "' -o '" + path("m.plan") +
+                                      "' --precision int8 --calibration-cache '" + path("off.json") + "'");
+  EXPECT_THAT(uncorrected.err,
+              HasSubstr("warning: no bias correction: the calibration cache '" + path("off.json") +
+                        "' holds none for int8 and no --calibration-data was given"));
 }
 
 TEST_F(AccuracyCli, BadPrecisionAndDataset) {
