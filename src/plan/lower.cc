@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 #include <variant>
@@ -243,12 +244,22 @@ struct Lowering {
     return quantized && (node.op == OpType::kConv || node.op == OpType::kGemm) &&
            layer_precision(node) == options.precision;
   }
-  // BuildOptions::bias_correction of a quantized layer added to its bias (one value per output
-  // channel; a correction of another length was made for another model and is not used).
-  void correct_bias(const Node& node, std::vector<float>& bias) const {
-    const auto it = options.bias_correction.find(node.name);
-    if (it == options.bias_correction.end() || it->second.size() != bias.size()) return;
-    for (size_t k = 0; k < bias.size(); ++k) bias[k] += it->second[k];
+  // The bias weight of a Conv/Gemm with `k` outputs: the model's (`bias`, stored in `type`) plus,
+  // for a layer in 8 bits (`q`), its BuildOptions::bias_correction (one value per output channel;
+  // a correction of another length was made for another model and is not used), which gives a
+  // layer without a bias one (float32, "<node>.bias_correction"). -1 when there is neither.
+  int add_bias(const Node& node, bool q, std::optional<std::vector<float>> bias, int64_t k, DataType type) {
+    const auto it = q ? options.bias_correction.find(node.name) : options.bias_correction.end();
+    const bool corrected = it != options.bias_correction.end();
+    if (!bias && !corrected) return -1;
+    const std::string name = bias ? node.input(2) : node.name + ".bias_correction";
+    if (!bias) {
+      bias.emplace(static_cast<size_t>(k), 0.0f);
+      type = DataType::kFloat32;
+    }
+    if (corrected && it->second.size() == bias->size())
+      for (size_t c = 0; c < bias->size(); ++c) (*bias)[c] += it->second[c];
+    return add_weight(name, Shape{k}, *bias, type);
   }
   // The quantized weight of a layer [channels, per_channel] and its scales (lower_quant.h).
   void add_quantized_weight(PlanStep& st, const Node& node, Shape shape, std::span<const float> values) {
@@ -373,13 +384,9 @@ struct Lowering {
       // of a channel by the same rounding error (the epilogue adds it in FP32 either way).
       // INT8/FP8 layers add it in float32 in their epilogue (src/core/quant.h).
       const DataType bias_dtype = layer_dtype == DataType::kBFloat16 || q ? DataType::kFloat32 : layer_dtype;
-      std::vector<float> bias(b->f32().begin(), b->f32().end());
-      if (q) correct_bias(node, bias);
-      st.bias = add_weight(node.input(2), Shape{k}, bias, bias_dtype);
-    } else if (q && options.bias_correction.contains(node.name)) {
-      std::vector<float> bias(static_cast<size_t>(k), 0.0f);
-      correct_bias(node, bias);
-      st.bias = add_weight(node.name + ".bias_correction", Shape{k}, bias, DataType::kFloat32);
+      st.bias = add_bias(node, q, std::vector<float>(b->f32().begin(), b->f32().end()), k, bias_dtype);
+    } else {
+      st.bias = add_bias(node, q, std::nullopt, k, DataType::kFloat32);
     }
     if (attrs.has_residual) {
       GPULAB_ASSIGN_OR_RETURN(int res, input_value(node, 3));
@@ -456,12 +463,9 @@ struct Lowering {
         return unsupported(node, "C is not a constant float vector of the output size");
       std::vector<float> bias(c->f32().begin(), c->f32().end());
       for (auto& v : bias) v *= a.beta;
-      if (q) correct_bias(node, bias);
-      st.bias = add_weight(node.input(2), Shape{out}, bias, q ? DataType::kFloat32 : gemm_dtype);
-    } else if (q && options.bias_correction.contains(node.name)) {
-      std::vector<float> bias(static_cast<size_t>(out), 0.0f);
-      correct_bias(node, bias);
-      st.bias = add_weight(node.name + ".bias_correction", Shape{out}, bias, DataType::kFloat32);
+      st.bias = add_bias(node, q, std::move(bias), out, q ? DataType::kFloat32 : gemm_dtype);
+    } else {
+      st.bias = add_bias(node, q, std::nullopt, out, DataType::kFloat32);
     }
     GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0],
                                                  q ? quantized_output_dtype(node.outputs[0]) : gemm_dtype));

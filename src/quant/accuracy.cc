@@ -18,10 +18,6 @@ namespace gpulab {
 
 namespace {
 
-int thread_count(int requested) {
-  return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 double sqnr_db(double signal, double noise) {
   if (noise <= 0) return std::numeric_limits<double>::infinity();
   if (signal <= 0) return -std::numeric_limits<double>::infinity();

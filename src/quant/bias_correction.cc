@@ -43,9 +43,9 @@ struct Channel {
 };
 
 // The mean of channel k after the activation.
-double activated_mean(const Channel& ch, const Clamp& clamp, double shift = 0.0) {
+double activated_mean(const Channel& ch, const Clamp& clamp) {
   double sum = 0;
-  ch.each([&](float v) { sum += clamp(v + shift); });
+  ch.each([&](float v) { sum += clamp(v); });
   return sum / static_cast<double>(ch.count());
 }
 
@@ -84,24 +84,31 @@ double matching_shift(const Channel& ch, const Clamp& clamp, double target) {
   return d;
 }
 
-// Interprets `plan` over the images in chunks of `batch`, each chunk on one thread of its own
-// (up to `threads` at once), calling visit(chunk, step, values, channels) at every Conv/Gemm step
-// before its activation. The chunks and what visit records per chunk do not depend on `threads`.
+// `images` images in chunks of `batch` (the last one shorter).
+struct Chunking {
+  int64_t images, batch;
+  size_t size() const { return static_cast<size_t>((images + batch - 1) / batch); }
+  int64_t first(size_t j) const { return static_cast<int64_t>(j) * batch; }
+  int64_t count(size_t j) const { return std::min(batch, images - first(j)); }
+};
+
+// Interprets `plan` over the chunks, each chunk on one thread of its own (up to `threads` at
+// once), calling visit(chunk, step, values, channels) at every Conv/Gemm step before its
+// activation. The chunks and what visit records per chunk do not depend on `threads`.
 using Visit =
     std::function<void(size_t chunk, const PlanStep& step, std::span<float> values, int64_t channels)>;
-Status for_each_chunk(const Plan& plan, const BatchSource& source, int64_t images, int64_t batch, int threads,
+Status for_each_chunk(const Plan& plan, const BatchSource& source, const Chunking& chunks, int threads,
                       const Visit& visit, const std::function<void(int64_t)>& done) {
-  const size_t chunks = static_cast<size_t>((images + batch - 1) / batch);
   std::atomic<size_t> next{0};
   std::mutex mutex;  // the source and the progress
-  std::vector<Status> failed(chunks, Status::ok());
+  std::vector<Status> failed(chunks.size(), Status::ok());
   const auto work = [&] {
-    for (size_t j = next++; j < chunks; j = next++) {
-      const int64_t first = static_cast<int64_t>(j) * batch, count = std::min(batch, images - first);
+    for (size_t j = next++; j < chunks.size(); j = next++) {
+      const int64_t count = chunks.count(j);
       Result<std::vector<float>> input = Status::ok();
       {
         std::lock_guard lock(mutex);
-        input = source(first, count);
+        input = source(chunks.first(j), count);
       }
       if (!input.is_ok()) {
         failed[j] = input.status();
@@ -117,7 +124,7 @@ Status for_each_chunk(const Plan& plan, const BatchSource& source, int64_t image
     }
   };
   std::vector<std::thread> workers;
-  for (int64_t t = 1; t < std::min<int64_t>(threads, static_cast<int64_t>(chunks)); ++t)
+  for (int64_t t = 1; t < std::min<int64_t>(threads, static_cast<int64_t>(chunks.size())); ++t)
     workers.emplace_back(work);
   work();
   for (std::thread& w : workers) w.join();
@@ -137,11 +144,9 @@ Result<std::map<std::string, std::vector<float>>> bias_corrections(const Graph& 
         fmt::format("bias correction is for INT8/FP8 plans, not {}.", precision_name(build.precision)));
   std::map<std::string, std::vector<float>> corrections;
   if (images <= 0) return corrections;
-  const int threads = options.num_threads > 0
-                          ? options.num_threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = thread_count(options.num_threads);
   const int64_t batch = std::max<int64_t>(options.batch, 1);
-  const size_t chunks = static_cast<size_t>((images + batch - 1) / batch);
+  const Chunking chunks{images, batch};
   int64_t done = 0;
   const auto progress = [&](int64_t count) {
     done += count;
@@ -154,9 +159,9 @@ Result<std::map<std::string, std::vector<float>>> bias_corrections(const Graph& 
   fp32.max_batch = batch;
   fp32.layer_precision.clear();
   GPULAB_ASSIGN_OR_RETURN(const Plan fp32_plan, lower_graph(graph, fp32));
-  std::vector<LayerMeans> reference(chunks);
+  std::vector<LayerMeans> reference(chunks.size());
   GPULAB_TRY(for_each_chunk(
-      fp32_plan, source, images, batch, threads,
+      fp32_plan, source, chunks, threads,
       [&](size_t j, const PlanStep& step, std::span<float> values, int64_t channels) {
         const Clamp clamp = clamp_of(step);
         std::vector<double>& means = reference[j][step.name];
@@ -173,9 +178,9 @@ Result<std::map<std::string, std::vector<float>>> bias_corrections(const Graph& 
   quantized.max_batch = batch;
   quantized.bias_correction.clear();
   GPULAB_ASSIGN_OR_RETURN(const Plan plan, lower_graph(graph, quantized));
-  std::vector<LayerMeans> shifts(chunks);
+  std::vector<LayerMeans> shifts(chunks.size());
   GPULAB_TRY(for_each_chunk(
-      plan, source, images, batch, threads,
+      plan, source, chunks, threads,
       [&](size_t j, const PlanStep& step, std::span<float> values, int64_t channels) {
         if (!is_quantized(step.precision)) return;
         const auto ref = reference[j].find(step.name);
@@ -193,8 +198,8 @@ Result<std::map<std::string, std::vector<float>>> bias_corrections(const Graph& 
 
   // The correction: the shifts averaged over the images.
   std::map<std::string, std::vector<double>> sums;
-  for (size_t j = 0; j < chunks; ++j) {
-    const double count = static_cast<double>(std::min(batch, images - static_cast<int64_t>(j) * batch));
+  for (size_t j = 0; j < chunks.size(); ++j) {
+    const double count = static_cast<double>(chunks.count(j));
     for (const auto& [name, shift] : shifts[j]) {
       std::vector<double>& sum = sums[name];
       sum.resize(shift.size(), 0.0);

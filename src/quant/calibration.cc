@@ -52,6 +52,10 @@ Result<std::vector<fs::path>> calibration_images(const fs::path& folder) {
   return listed;
 }
 
+int thread_count(int requested) {
+  return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 std::vector<int64_t> spread_subset(int64_t total, int64_t count) {
   std::vector<int64_t> out;
   if (total <= 0 || count <= 0) return out;
@@ -75,9 +79,7 @@ Result<CalibrationStatistics> collect_statistics(const Graph& graph, std::span<c
                                                  const PreprocessSpec& spec,
                                                  const StatisticsOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  const int threads = options.num_threads > 0
-                          ? options.num_threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = thread_count(options.num_threads);
   // A plain NHWC input value (no space-to-depth), so that the image's statistics hold no padding.
   BuildOptions build{.precision = Precision::kFp32, .max_batch = 2 * threads};
   build.stem_space_to_depth = false;

@@ -54,6 +54,9 @@ std::vector<int64_t> spread_subset(int64_t total, int64_t count);
 Result<std::vector<float>> load_image_batch(std::span<const std::filesystem::path> images,
                                             const PreprocessSpec& spec);
 
+// `requested` threads, or one per core (std::thread::hardware_concurrency, at least 1) for 0.
+int thread_count(int requested);
+
 // Progress over images: called after each batch with (images done, images in all).
 using ProgressFn = std::function<void(int64_t done, int64_t total)>;
 

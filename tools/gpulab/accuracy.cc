@@ -11,7 +11,6 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "calibration_flags.h"
@@ -183,8 +182,7 @@ int run_accuracy(AccuracyFlags f) {
     if (!p.is_ok()) return report(p.status().with_context("--layer-precision '" + item + "'"));
     layers[item.substr(0, eq)] = *p;
   }
-  const int threads =
-      f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = thread_count(f.threads);
 
   GPULAB_ASSIGN_OR_REPORT(Graph graph, load_onnx(f.model));
   GPULAB_TRY_CLI(run_passes(graph).with_context("optimizing '" + f.model + "'"));
