@@ -93,8 +93,13 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return app.exit(e);  // a command's own exit code (on_run above), as it is
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // app.exit prints the help, the version or the error. CLI11's own codes for errors (105 for a
+    // value outside its set, 106 for a missing option, ...) are all bad arguments to a user:
+    // exit 2, as the README's exit codes say.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return 0;
 }

@@ -106,6 +106,12 @@ TEST_F(AccuracyCli, BiasCorrectionIsMeasuredAndCached) {
                         "' holds none for int8 and no --calibration-data was given"));
 }
 
+TEST_F(AccuracyCli, BadBiasCorrectionValue) {
+  const auto r = run_gpulab("accuracy --dataset '" + path("photos") + "' --bias-correction maybe");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.err, HasSubstr("--bias-correction: maybe not in {on,off}"));
+}
+
 TEST_F(AccuracyCli, BadPrecisionAndDataset) {
   const auto p = run_gpulab("accuracy --dataset '" + path("photos") + "' --precision fp32");
   EXPECT_EQ(p.exit_code, 2) << p.output;
