@@ -6,6 +6,9 @@
 #   OUT=dir STAGES="tests accuracy bench compare compile grid sweep crosscheck" bash bench/gpuhost_benchmarks.sh [budget_s]
 # COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
+# GPULAB_PREBUILT=file.xz: a gpulab binary an earlier call on the host built (and returned through
+# $OUT), xz-compressed; configure and build are skipped, so only the stages that run gpulab alone
+# (bench, sweep, crosscheck, compare, grid) make sense. Saves the build's minutes of device time.
 # The data set is read from $GPULAB_DATASET_DIR (default .gpuhost/data/imagenet-sample-256).
 # Set GPULAB_GIT_COMMIT to the commit whose tree was copied: the copy's .git does not say it, and
 # every result records it (cmake/write_git_commit.cmake).
@@ -51,17 +54,26 @@ fi
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv \
   | tee "$out/gpu.txt"
-# The torchvision fixtures need the python3 with torch on PATH (the host's venv): CMake would pick
-# /usr/bin/python3 first, which has no numpy there.
-timeout 120 cmake --preset gpuhost -G Ninja -B "$build" ${fe:+-DGPULAB_CUDNN_FRONTEND_INCLUDE_DIR=$fe} \
-  ${cutlass:+-DGPULAB_CUTLASS_INCLUDE_DIR=$cutlass} -DGPULAB_TV_FIXTURE_PYTHON3="$(command -v python3)" \
-  > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+mkdir -p "$build"
 (PYTHONUNBUFFERED=1 timeout 300 python3 tests/fixtures/make_model_fixtures.py --out "$build/fixtures" \
   > "$out/fixtures.log" 2>&1) &
 fixtures=$!
-timeout $(($(left) - 60)) cmake --build "$build" -j"$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0 > "$out/build.log" 2>&1 ||
-  { echo "build failed:"; grep -E "error|FAILED" "$out/build.log" | head -20; }
-echo "built at $(($(date +%s) - start)) s"
+if [ -n "${GPULAB_PREBUILT:-}" ]; then
+  if ! xz -dc "$GPULAB_PREBUILT" > "$build/gpulab"; then
+    echo "gpuhost_benchmarks: cannot unpack $GPULAB_PREBUILT" >&2
+    exit 1
+  fi
+  chmod +x "$build/gpulab"
+else
+  # The torchvision fixtures need the python3 with torch on PATH (the host's venv): CMake would pick
+  # /usr/bin/python3 first, which has no numpy there.
+  timeout 120 cmake --preset gpuhost -G Ninja -B "$build" ${fe:+-DGPULAB_CUDNN_FRONTEND_INCLUDE_DIR=$fe} \
+    ${cutlass:+-DGPULAB_CUTLASS_INCLUDE_DIR=$cutlass} -DGPULAB_TV_FIXTURE_PYTHON3="$(command -v python3)" \
+    > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  timeout $(($(left) - 60)) cmake --build "$build" -j"$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0 > "$out/build.log" 2>&1 ||
+    { echo "build failed:"; grep -E "error|FAILED" "$out/build.log" | head -20; }
+  echo "built at $(($(date +%s) - start)) s"
+fi
 wait "$fixtures"
 tail -1 "$out/fixtures.log"
 gpulab=$build/gpulab

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# INT8 and FP8 plans on the GPU host: the bundled MobileNetV2's 8-bit plans classify the sample
+# photos on the GPU (top-1 agreement with the GPU FP32 plan, to set beside the CPU emulation's
+# figure from `gpulab accuracy`), and their GPU compute time against the FP16 plan's.
+# Run from the project root after `source .gpuhost/enter.sh`, with a gpulab built for the host:
+#   GPULAB=build/gpuhost/gpulab CACHE=cache.json [FALLBACK_LAYERS=names.txt] OUT=dir \
+#     bash bench/gpuhost_int8.sh [budget_s]
+# CACHE is a calibration cache of the bundled MobileNetV2 (gpulab build/accuracy
+# --calibration-cache) holding the INT8 and FP8 bias corrections, made on any machine: calibration
+# runs on the CPU and the model file is the same everywhere, so the GPU plans use the very scales the
+# emulated figures were measured with. FALLBACK_LAYERS (one layer name per line, e.g. the `layers` of
+# `gpulab accuracy --fallback auto --json`) adds an INT8 plan with those layers in FP16.
+# BATCHES ("1 256" by default) are timed with CUDA graphs, inputs on the device; plans are built for
+# the largest. The data set is read from $GPULAB_DATASET_DIR (default .gpuhost/data/imagenet-sample-256).
+# Everything goes to $OUT: classify_<name>.json (predictions, one per photo), bench_<name>_b<batch>.json.
+set -uo pipefail
+budget=${1:-300}
+start=$(date +%s)
+left() { echo $((budget - ($(date +%s) - start))); }
+gpulab=${GPULAB:-build/gpuhost/gpulab}
+out=${OUT:-gpuhost-logs}
+data=${GPULAB_DATASET_DIR:-$PWD/.gpuhost/data/imagenet-sample-256}
+model=models/mobilenet_v2_1.0_224.onnx
+batches=${BATCHES:-1 256}
+max_batch=$(tr ' ' '\n' <<< "$batches" | sort -n | tail -1)
+[ -f "${CACHE:-}" ] || { echo "gpuhost_int8: CACHE must name a calibration cache of $model" >&2; exit 2; }
+mkdir -p "$out"
+
+build_plan() {  # name precision [build flags]
+  local name=$1 precision=$2
+  shift 2
+  timeout $(($(left) - 10)) "$gpulab" build "$model" --precision "$precision" --max-batch "$max_batch" \
+    --calibration-cache "$CACHE" --timing-cache /tmp/gpulab-timing-cache.json -o "/tmp/$name.gpl" "$@" \
+    > "$out/build_$name.log" 2>&1
+  echo "build $name rc=$? at $(($(date +%s) - start)) s"
+}
+classify() {  # name plan-or-model flags...
+  local name=$1
+  shift
+  timeout $(($(left) - 10)) "$gpulab" classify "$@" --batch 64 --top-k 1 --json "$data" \
+    > "$out/classify_$name.json" 2> "$out/classify_$name.log"
+  echo "classify $name rc=$? at $(($(date +%s) - start)) s"
+}
+bench() {  # name batch plan-or-model flags...
+  local name=$1 batch=$2
+  shift 2
+  timeout 120 "$gpulab" bench "$@" --batch "$batch" --min-duration-s 1 --cuda-graph --no-include-transfers \
+    --json "$out/bench_${name}_b$batch.json" > "$out/bench_${name}_b$batch.log" 2>&1
+  echo "bench $name b$batch rc=$? $(grep -iE "gpu compute" "$out/bench_${name}_b$batch.log" | head -1 | tr -s ' ')"
+}
+
+build_plan int8 int8
+build_plan fp8 fp8
+plans=(int8 fp8)
+if [ -f "${FALLBACK_LAYERS:-}" ]; then
+  flags=()
+  while read -r layer; do [ -n "$layer" ] && flags+=(--layer-precision "$layer=fp16"); done < "$FALLBACK_LAYERS"
+  build_plan int8_fallback int8 "${flags[@]}"
+  plans+=(int8_fallback)
+fi
+classify fp32 --model "$model" --device cuda --precision fp32
+for p in "${plans[@]}"; do
+  [ -f "/tmp/$p.gpl" ] && classify "$p" --plan "/tmp/$p.gpl"
+done
+for b in $batches; do
+  [ "$(left)" -lt 30 ] && break
+  bench fp16 "$b" --model "$model" --precision fp16 --timing-cache /tmp/gpulab-timing-cache.json
+  for p in "${plans[@]}"; do
+    [ -f "/tmp/$p.gpl" ] && bench "$p" "$b" --plan "/tmp/$p.gpl"
+  done
+done
+echo "gpuhost_int8: end at $(($(date +%s) - start)) s"
