@@ -36,6 +36,7 @@ ConvKernel conv_kernel_of_tactic(std::string_view tactic) {
   if (tactic == kDirectTactic) return ConvKernel::kDirect;
   if (tactic == kDepthwiseTactic) return ConvKernel::kDepthwise;
   if (tactic == kQ8DirectTactic) return ConvKernel::kQ8Direct;
+  if (tactic == kQ8MmaTactic) return ConvKernel::kQ8Mma;
   if (tactic.starts_with(kCutlassTacticPrefix)) return ConvKernel::kCutlass;
   if (tactic.starts_with(cuda::kWgmmaConvTacticPrefix)) return ConvKernel::kWgmma3x3;
   return ConvKernel::kCudnn;
@@ -99,6 +100,7 @@ Status launch_conv_step(const cuda::ConvProblem& p, ConvKernel kernel, std::stri
       return cuda::launch_wgmma_conv(tactic, direct_conv_desc(p), ptrs.x, ptrs.w, bias, ptrs.residual, ptrs.y,
                                      stream);
     case ConvKernel::kQ8Direct:
+    case ConvKernel::kQ8Mma:
       return Status::internal("launch_conv_step: an INT8/FP8 step runs through enqueue_q8_layer, not here.");
     case ConvKernel::kCudnn: break;
   }

@@ -20,14 +20,20 @@
 namespace gpulab {
 
 // Which implementation runs a convolution step.
-enum class ConvKernel { kCudnn, kDirect, kDepthwise, kCutlass, kWgmma3x3, kQ8Direct };
+enum class ConvKernel { kCudnn, kDirect, kDepthwise, kCutlass, kWgmma3x3, kQ8Direct, kQ8Mma };
 
 // Tactic strings of gpulab's own convolutions (PlanStep::tactic, timing cache).
 inline constexpr std::string_view kDirectTactic = "direct";
 inline constexpr std::string_view kDepthwiseTactic = "depthwise";
-// Every INT8/FP8 convolution and Gemm (kernels/quant_kernels.h's launch_q8_conv, through
-// enqueue_q8_layer): the only 8-bit kernel so far, so it is not timed.
+// The INT8/FP8 convolutions and Gemms (through enqueue_q8_layer): "mma-q8", the tensor-core kernel
+// (kernels/quant_kernels.h's launch_q8_mma_conv), wherever kernels::validate_q8_mma accepts the
+// layer, else "direct-q8", one thread per output (launch_q8_conv). Chosen by that rule, not timed:
+// both compute the same INT8 outputs, and the direct kernel is the correct baseline, not a fast one.
 inline constexpr std::string_view kQ8DirectTactic = "direct-q8";
+inline constexpr std::string_view kQ8MmaTactic = "mma-q8";
+inline bool is_q8_tactic(std::string_view tactic) {
+  return tactic == kQ8DirectTactic || tactic == kQ8MmaTactic;
+}
 // CUTLASS tactics are "cutlass:<tile>" (cuda::cutlass_conv_tactics()).
 inline constexpr std::string_view kCutlassTacticPrefix = "cutlass:";
 // The wgmma 3x3 convolution's are "wgmma-conv3x3:<variant>" (cuda::wgmma_conv_tactics()).

@@ -29,14 +29,14 @@ Result<std::shared_ptr<EngineImpl>> EngineImpl::create(Plan plan, int device) {
     if (const Status s = check_conv_tactic(step.tactic); !s.is_ok())
       return Status::unsupported(
           fmt::format("plan: step {}: {} Rebuild the plan with `gpulab build`.", step.name, s.message()));
-    if (is_quantized(step.precision) != (step.tactic == kQ8DirectTactic))
+    if (is_quantized(step.precision) != is_q8_tactic(step.tactic))
       return Status::unsupported(
           fmt::format("plan: step {} is {} with tactic \"{}\"; INT8/FP8 convolutions, and only they, run "
-                      "\"{}\". The file is "
+                      "\"{}\" or \"{}\". The file is "
                       "corrupt or was not written by gpulab; rebuild it with `gpulab build`.",
-                      step.name, precision_name(step.precision), step.tactic, kQ8DirectTactic));
+                      step.name, precision_name(step.precision), step.tactic, kQ8DirectTactic, kQ8MmaTactic));
     const DataType x = plan.values[step.inputs[0]].dtype, y = plan.values[step.output].dtype;
-    if (x != y && step.tactic != kDepthwiseTactic && step.tactic != kQ8DirectTactic)
+    if (x != y && step.tactic != kDepthwiseTactic && !is_q8_tactic(step.tactic))
       return Status::unsupported(fmt::format(
           "plan: step {} reads {} into a {} convolution, which only the \"{}\" tactic does, not \"{}\". "
           "The file is corrupt or was not written by gpulab; rebuild it with `gpulab build`.",

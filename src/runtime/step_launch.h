@@ -14,6 +14,7 @@
 #include "backends/cuda/cublaslt_gemm.h"
 #include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/kernels/kernel_desc.h"
+#include "backends/cuda/kernels/quant_desc.h"
 #include "gpulab/status.h"
 #include "plan/plan.h"
 
@@ -67,9 +68,12 @@ Status enqueue_output(const StepLaunch& l, float* logits);
 
 // The 8-bit forms (step_launch_quant.cc), which the functions above call when a value they read or
 // write is int8 or fp8e4m3: the quantizing input conversion, casts that quantize or dequantize, an
-// INT8/FP8 kConv or kGemm (gpulab's own kernel; tactic "direct-q8"), and the pools.
+// INT8/FP8 kConv or kGemm (gpulab's own kernels; tactic "mma-q8" or "direct-q8"), and the pools.
 Status enqueue_quantized_input(const StepLaunch& l, const float* input_nchw);
 Status enqueue_quantized_cast(const StepLaunch& l);
+// The kernel descriptor of an INT8/FP8 kConv or kGemm at `batch` (a Gemm as a 1x1 convolution over
+// the flattened NHWC features).
+kernels::Q8ConvDesc q8_layer_desc(const Plan& plan, const PlanStep& step, int64_t batch);
 Status enqueue_q8_layer(const StepLaunch& l);
 Status enqueue_q8_max_pool(const StepLaunch& l, const kernels::PoolDesc& desc);
 Status enqueue_q8_global_avg_pool(const StepLaunch& l);

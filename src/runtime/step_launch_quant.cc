@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "backends/cuda/kernels/quant_kernels.h"
+#include "runtime/conv_step.h"
 #include "runtime/step_launch.h"
 
 namespace gpulab {
@@ -33,13 +34,11 @@ Status enqueue_quantized_cast(const StepLaunch& l) {
   return kernels::launch_quant_cast(d, l.value(step.inputs[0]), l.value(step.output), l.stream);
 }
 
-Status enqueue_q8_layer(const StepLaunch& l) {
-  const Plan& plan = l.plan;
-  const PlanStep& step = l.step;
+kernels::Q8ConvDesc q8_layer_desc(const Plan& plan, const PlanStep& step, int64_t batch) {
   const PlanValue& x = plan.values[step.inputs[0]];
   const PlanValue& y = plan.values[step.output];
   kernels::Q8ConvDesc d;
-  d.n = l.batch;
+  d.n = batch;
   d.x_dtype = x.dtype;
   d.x_scale = x.scale;
   d.y_dtype = y.dtype;
@@ -67,10 +66,19 @@ Status enqueue_q8_layer(const StepLaunch& l) {
     d.clip_min = a.clip_min;
     d.clip_max = a.clip_max;
   }
+  return d;
+}
+
+Status enqueue_q8_layer(const StepLaunch& l) {
+  const PlanStep& step = l.step;
+  const kernels::Q8ConvDesc d = q8_layer_desc(l.plan, step, l.batch);
   const void* residual = d.has_residual ? l.value(step.inputs[1]) : nullptr;
-  return kernels::launch_q8_conv(d, l.value(step.inputs[0]), l.weight(step.weight),
-                                 static_cast<const float*>(l.weight(step.weight_scale)),
-                                 static_cast<const float*>(l.weight(step.bias)), residual,
+  const auto* w_scale = static_cast<const float*>(l.weight(step.weight_scale));
+  const auto* bias = static_cast<const float*>(l.weight(step.bias));
+  if (step.tactic == kQ8MmaTactic)
+    return kernels::launch_q8_mma_conv(d, l.value(step.inputs[0]), l.weight(step.weight), w_scale, bias,
+                                       residual, l.value(step.output), l.stream);
+  return kernels::launch_q8_conv(d, l.value(step.inputs[0]), l.weight(step.weight), w_scale, bias, residual,
                                  l.value(step.output), l.stream);
 }
 

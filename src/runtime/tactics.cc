@@ -15,6 +15,7 @@
 #include "backends/cuda/wgmma_conv.h"
 #include "core/log.h"
 #include "runtime/conv_step.h"
+#include "runtime/step_launch.h"
 #include "runtime/step_problems.h"
 #include "runtime/tactic_timing.h"
 
@@ -516,7 +517,8 @@ Status check_runs_at_max_batch(const SelectionContext& c, const std::string& tac
   const cuda::DirectConvDesc desc = direct_conv_desc(full);
   switch (conv_kernel_of_tactic(tactic)) {
     case ConvKernel::kDirect:
-    case ConvKernel::kQ8Direct: return Status::ok();
+    case ConvKernel::kQ8Direct:
+    case ConvKernel::kQ8Mma: return Status::ok();
     case ConvKernel::kDepthwise: return cuda::validate_depthwise_conv(desc);
     case ConvKernel::kCutlass:
       return cuda::cutlass_conv_supports(desc) ? Status::ok()
@@ -572,9 +574,14 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   if (context.batch < plan.max_batch)
     log_info("tactics: chosen at batch {} for a plan of max batch {} (--tactic-batch)", context.batch,
              plan.max_batch);
+  int q8_mma = 0, q8_direct = 0;
   for (auto& step : plan.steps) {
     if ((step.kind == StepKind::kGemm || step.kind == StepKind::kConv) && is_quantized(step.precision)) {
-      step.tactic = std::string(kQ8DirectTactic);
+      // The tensor-core kernel wherever it runs the layer (conv_step.h says why untimed).
+      const Status mma = kernels::validate_q8_mma(q8_layer_desc(plan, step, plan.max_batch));
+      step.tactic = std::string(mma.is_ok() ? kQ8MmaTactic : kQ8DirectTactic);
+      ++(mma.is_ok() ? q8_mma : q8_direct);
+      if (!mma.is_ok()) log_debug("tactics: {}: {} ({})", step.name, kQ8DirectTactic, mma.message());
     } else if (step.kind == StepKind::kGemm || step.kind == StepKind::kLinear ||
                step.kind == StepKind::kMatMul) {
       step.tactic = "cublaslt";
@@ -592,6 +599,9 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       "tactics: {} convolution layers on gpulab's own kernels, {} without any cuDNN candidate, {} in "
       "batch chunks",
       report.own_kernel_layers, report.fallback_layers, report.chunked_layers);
+  if (q8_mma + q8_direct > 0)
+    log_info("tactics: {} INT8/FP8 layers on the tensor-core kernel ({}), {} on the direct one ({})", q8_mma,
+             kQ8MmaTactic, q8_direct, kQ8DirectTactic);
   return report;
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <string>
 
 namespace gpulab::kernels {
 namespace {
@@ -36,6 +37,29 @@ TEST(QuantDesc, ConvolutionRules) {
   EXPECT_FALSE(validate(scale).is_ok());
   scale.x_scale = std::numeric_limits<float>::infinity();
   EXPECT_FALSE(validate(scale).is_ok());
+}
+
+TEST(QuantDesc, TensorCoreConvolutionRules) {
+  EXPECT_TRUE(validate_q8_mma(conv()).is_ok());
+  Q8ConvDesc fp8 = conv();
+  fp8.x_dtype = fp8.y_dtype = DataType::kFp8E4M3;
+  EXPECT_TRUE(validate_q8_mma(fp8).is_ok());
+  Q8ConvDesc gemm{.n = 3, .h = 1, .w = 1, .c = 512, .k = 1000, .out_h = 1, .out_w = 1};
+  EXPECT_TRUE(validate_q8_mma(gemm).is_ok());
+  Q8ConvDesc depthwise = conv();
+  depthwise.groups = 16;
+  EXPECT_EQ(validate_q8_mma(depthwise).code(), StatusCode::kUnsupported);
+  EXPECT_NE(validate_q8_mma(depthwise).message().find("groups 1"), std::string::npos);
+  Q8ConvDesc channels = conv();
+  channels.c = 24;
+  EXPECT_EQ(validate_q8_mma(channels).code(), StatusCode::kUnsupported);
+  Q8ConvDesc wide = conv();
+  wide.h = wide.w = wide.out_h = wide.out_w = 1 << 14;
+  wide.c = 16;
+  EXPECT_EQ(validate_q8_mma(wide).code(), StatusCode::kUnsupported);  // h * w * c over int32
+  Q8ConvDesc bad = conv();
+  bad.out_h = 7;  // validate()'s rules first
+  EXPECT_EQ(validate_q8_mma(bad).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(QuantDesc, CastsInputsAndPools) {

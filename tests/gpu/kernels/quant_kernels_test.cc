@@ -2,6 +2,7 @@
 // src/core/quant.h step by step (its host functions: the same rules, no shared device code). INT8
 // must match bit for bit; FP8 convolutions sum in another order than the host loop, so their
 // outputs may be one E4M3 step apart (code distance 1), everything else matches exactly.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -143,13 +144,79 @@ std::vector<ConvCase> conv_cases(DataType q) {
   return cases;
 }
 
-void check_conv(DataType q) {
+// Shapes the tensor-core kernel runs (c a multiple of 16, groups 1): partial tiles of 128 pixels and
+// 64 channels, a reduction that ends inside a 64-byte stage, strides, dilation and padding.
+std::vector<ConvCase> mma_conv_cases(DataType q) {
+  std::vector<ConvCase> cases;
+  for (const ConvCase& c : conv_cases(q))
+    if (validate_q8_mma(c.d).is_ok()) cases.push_back(c);
+  Q8ConvDesc big{.n = 3, .h = 15, .w = 13, .c = 64, .k = 72, .r = 3, .s = 3, .out_h = 8, .out_w = 7};
+  big.stride = {2, 2};
+  big.pads = {1, 1, 1, 1};
+  big.x_dtype = big.y_dtype = q;
+  big.x_scale = 0.04f;
+  big.y_scale = q == DataType::kInt8 ? 1.5f : 0.02f;
+  big.activation = Activation::kRelu;
+  cases.push_back({"3x3/2, c 64, k 72, two tiles each way", big});
+  Q8ConvDesc down = big;
+  down.r = down.s = 1;
+  down.pads = {};
+  down.c = 48;
+  down.k = 64;
+  down.y_dtype = DataType::kFloat16;
+  down.activation = Activation::kNone;
+  cases.push_back({"1x1/2, c 48, float16 out", down});
+  Q8ConvDesc project = big;
+  project.r = project.s = 1;
+  project.stride = {1, 1};
+  project.pads = {};
+  project.h = project.out_h = 9;
+  project.w = project.out_w = 11;
+  project.c = 144;
+  project.k = 24;
+  project.has_residual = true;
+  project.residual_scale = 0.05f;
+  project.activation = Activation::kClip;
+  cases.push_back({"1x1, c 144 (a stage and a quarter), residual, clip", project});
+  Q8ConvDesc dilated = big;
+  dilated.c = 16;
+  dilated.k = 16;
+  dilated.stride = {1, 1};
+  dilated.dilation = {2, 2};
+  dilated.pads = {2, 2, 2, 2};
+  dilated.out_h = 15;
+  dilated.out_w = 13;
+  cases.push_back({"3x3 dilation 2, c 16", dilated});
+  Q8ConvDesc gemm{.n = 5, .h = 1, .w = 1, .c = 512, .k = 10, .out_h = 1, .out_w = 1};
+  gemm.x_dtype = q;
+  gemm.x_scale = 0.02f;
+  gemm.y_dtype = DataType::kFloat32;
+  cases.push_back({"gemm c 512, float32 out", gemm});
+  return cases;
+}
+
+bool device_has_fp8_mma() {
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major * 10 + minor >= 89;
+}
+
+// `mma`: launch_q8_mma_conv on mma_conv_cases, else launch_q8_conv on conv_cases.
+void check_conv(DataType q, bool mma = false) {
   GPULAB_SKIP_WITHOUT_GPU();
   const bool fp8 = q == DataType::kFp8E4M3;
-  for (const ConvCase& cs : conv_cases(q)) {
+  if (mma && fp8 && !device_has_fp8_mma()) {
+    GTEST_SKIP() << "the FP8 tensor-core kernel needs sm_89 or newer";
+  }
+  for (const ConvCase& cs : mma ? mma_conv_cases(q) : conv_cases(q)) {
     SCOPED_TRACE(cs.name);
     const Q8ConvDesc& d = cs.d;
     ASSERT_TRUE(validate(d).is_ok()) << validate(d).to_string();
+    if (mma) {
+      ASSERT_TRUE(validate_q8_mma(d).is_ok()) << validate_q8_mma(d).to_string();
+    }
     const auto x = random_codes(static_cast<size_t>(d.n * d.h * d.w * d.c), fp8, 1);
     const auto w = random_codes(static_cast<size_t>(d.k * d.r * d.s * (d.c / d.groups)), fp8, 2);
     const auto res = random_codes(static_cast<size_t>(d.n * d.out_h * d.out_w * d.k), fp8, 3);
@@ -166,9 +233,10 @@ void check_conv(DataType q) {
         dbias(testing::encode(bias, DataType::kFloat32));
     const size_t out_count = want_codes.size();
     DeviceBuffer dy(out_count * dtype_size(d.y_dtype));
-    const Status s = launch_q8_conv(d, dx.get(), dw.get(), static_cast<const float*>(dscale.get()),
-                                    static_cast<const float*>(dbias.get()),
-                                    d.has_residual ? dres.get() : nullptr, dy.get(), nullptr);
+    const auto launch = mma ? launch_q8_mma_conv : launch_q8_conv;
+    const Status s = launch(d, dx.get(), dw.get(), static_cast<const float*>(dscale.get()),
+                            static_cast<const float*>(dbias.get()), d.has_residual ? dres.get() : nullptr,
+                            dy.get(), nullptr);
     ASSERT_TRUE(s.is_ok()) << s.to_string();
     testing::expect_synced();
     EXPECT_TRUE(dy.tail_untouched());
@@ -202,6 +270,14 @@ TEST(QuantKernels, Int8ConvolutionMatchesTheRulesBitForBit) {
 
 TEST(QuantKernels, Fp8ConvolutionWithinOneStep) {
   check_conv(DataType::kFp8E4M3);
+}
+
+TEST(QuantKernels, Int8TensorCoreConvolutionMatchesTheRulesBitForBit) {
+  check_conv(DataType::kInt8, /*mma=*/true);
+}
+
+TEST(QuantKernels, Fp8TensorCoreConvolutionWithinOneStep) {
+  check_conv(DataType::kFp8E4M3, /*mma=*/true);
 }
 
 TEST(QuantKernels, InputCastsPoolsMatchExactly) {

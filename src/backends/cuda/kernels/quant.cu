@@ -178,20 +178,6 @@ __global__ void q8_global_pool_kernel(const uint8_t* x, Y* y, Q8GlobalPoolDesc d
   }
 }
 
-// Calls fn(std::bool_constant<fp8>{}) for an 8-bit dtype.
-template <typename Fn>
-Status dispatch_8bit(DataType dtype, Fn&& fn) {
-  if (dtype == DataType::kFp8E4M3) return fn(std::true_type{});
-  return fn(std::false_type{});
-}
-
-// Calls fn(Y{}) with Y the storage type of y: uint8_t for an 8-bit y, else the float type.
-template <typename Fn>
-Status dispatch_output(DataType dtype, Fn&& fn) {
-  if (is_kernel_8bit_type(dtype)) return fn(uint8_t{});
-  return dispatch_float_type(dtype, fn);
-}
-
 }  // namespace
 
 Status launch_quantize_input(const QuantizeInputDesc& desc, const float* x, void* y, cudaStream_t stream) {

@@ -10,6 +10,9 @@
 
 #include <cstdint>
 
+#include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/quant_desc.h"
+
 namespace gpulab::kernels {
 
 // q = saturate(round_half_to_even(x * inv_scale)) to [-128, 127]; NaN gives 0 (quant.h).
@@ -46,6 +49,20 @@ __device__ __forceinline__ uint8_t quantize_q8(float x, float inv_scale) {
   } else {
     return static_cast<uint8_t>(quantize_int8(x, inv_scale));
   }
+}
+
+// Calls fn(std::bool_constant<fp8>{}) for an 8-bit dtype.
+template <typename Fn>
+Status dispatch_8bit(DataType dtype, Fn&& fn) {
+  if (dtype == DataType::kFp8E4M3) return fn(std::true_type{});
+  return fn(std::false_type{});
+}
+
+// Calls fn(Y{}) with Y the storage type of y: uint8_t for an 8-bit y, else the float type.
+template <typename Fn>
+Status dispatch_output(DataType dtype, Fn&& fn) {
+  if (is_kernel_8bit_type(dtype)) return fn(uint8_t{});
+  return dispatch_float_type(dtype, fn);
 }
 
 }  // namespace gpulab::kernels

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <climits>
 #include <cmath>
 
 namespace gpulab::kernels {
@@ -69,6 +70,25 @@ Status validate(const Q8ConvDesc& d) {
     return bad(name, fmt::format("scales x {} y {} residual {}", d.x_scale, d.y_scale, d.residual_scale));
   if (d.activation == Activation::kClip && !(d.clip_min <= d.clip_max))
     return bad(name, fmt::format("clip [{}, {}]", d.clip_min, d.clip_max));
+  return Status::ok();
+}
+
+Status validate_q8_mma(const Q8ConvDesc& d) {
+  GPULAB_TRY(validate(d));
+  const auto no = [&d](const std::string& why) {
+    return Status::unsupported(
+        fmt::format("the tensor-core 8-bit convolution runs {}; this layer has c {}, k "
+                    "{}, groups {}, {}x{} output",
+                    why, d.c, d.k, d.groups, d.out_h, d.out_w));
+  };
+  if (d.groups != 1) return no("groups 1 only (depthwise layers run on the direct kernel)");
+  if (d.c % 16 != 0) return no("a multiple of 16 input channels only");
+  constexpr int64_t kMax = INT_MAX;
+  const int64_t pixels = d.n * d.out_h * d.out_w;
+  if (d.h * d.w * d.c > kMax || d.r * d.s * d.c > kMax || d.k > kMax ||
+      d.out_h * d.stride.h + d.r * d.dilation.h > kMax || d.out_w * d.stride.w + d.s * d.dilation.w > kMax ||
+      d.pads.top > kMax || d.pads.left > kMax || (pixels + 127) / 128 > kMax || (d.k + 63) / 64 > 65535)
+    return no("sizes whose indices fit in int32 only");
   return Status::ok();
 }
 

@@ -22,6 +22,13 @@ Status launch_quant_cast(const QuantCastDesc& desc, const void* x, void* y, cuda
 Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, const float* w_scale,
                       const float* bias, const void* residual, void* y, cudaStream_t stream);
 
+// The same convolution on the tensor cores (quant_mma.cu): an implicit GEMM on mma.sync with 8-bit
+// operands, for the layers validate_q8_mma accepts; x and w 16-byte aligned. INT8 equals
+// launch_q8_conv bit for bit; FP8 (sm_89 and newer, unsupported elsewhere) sums in the tensor
+// cores' order, within one E4M3 step of the interpreter like the direct kernel.
+Status launch_q8_mma_conv(const Q8ConvDesc& desc, const void* x, const void* w, const float* w_scale,
+                          const float* bias, const void* residual, void* y, cudaStream_t stream);
+
 // x: NHWC bytes [n, h, w, c]; y: NHWC bytes [n, out_h, out_w, c].
 Status launch_q8_max_pool(const PoolDesc& desc, const void* x, void* y, cudaStream_t stream);
 
