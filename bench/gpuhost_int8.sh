@@ -69,4 +69,18 @@ for b in $batches; do
     [ -f "/tmp/$p.gpl" ] && bench "$p" "$b" --plan "/tmp/$p.gpl"
   done
 done
+# R18 (an ONNX file, e.g. the seeded ResNet-18 fixture): its INT8 plan, calibrated on the host
+# (R18_CALIBRATION_IMAGES photos, 32 by default: this is for speed, not for accuracy), timed
+# beside its FP16 plan at the same batches.
+if [ -f "${R18:-}" ] && [ "$(left)" -gt 120 ]; then
+  timeout $(($(left) - 60)) "$gpulab" build "$R18" --precision int8 --max-batch "$max_batch" \
+    --calibration-data "$data" --calibration-images "${R18_CALIBRATION_IMAGES:-32}" \
+    --timing-cache /tmp/gpulab-timing-cache.json -o /tmp/r18_int8.gpl > "$out/build_r18_int8.log" 2>&1
+  echo "build r18_int8 rc=$? at $(($(date +%s) - start)) s"
+  for b in $batches; do
+    [ "$(left)" -lt 30 ] && break
+    bench r18_fp16 "$b" --model "$R18" --precision fp16 --timing-cache /tmp/gpulab-timing-cache.json
+    [ -f /tmp/r18_int8.gpl ] && bench r18_int8 "$b" --plan /tmp/r18_int8.gpl
+  done
+fi
 echo "gpuhost_int8: end at $(($(date +%s) - start)) s"
