@@ -82,5 +82,8 @@ if [ -f "${R18:-}" ] && [ "$(left)" -gt 120 ]; then
     bench r18_fp16 "$b" --model "$R18" --precision fp16 --timing-cache /tmp/gpulab-timing-cache.json
     [ -f /tmp/r18_int8.gpl ] && bench r18_int8 "$b" --plan /tmp/r18_int8.gpl
   done
+  # The per-layer profile (eager launches) with the roofline, at the largest batch.
+  [ -f /tmp/r18_int8.gpl ] && [ "$(left)" -gt 40 ] &&
+    bench r18_int8_profile "$max_batch" --plan /tmp/r18_int8.gpl --profile --ceilings
 fi
 echo "gpuhost_int8: end at $(($(date +%s) - start)) s"
