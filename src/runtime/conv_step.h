@@ -26,9 +26,10 @@ enum class ConvKernel { kCudnn, kDirect, kDepthwise, kCutlass, kWgmma3x3, kQ8Dir
 inline constexpr std::string_view kDirectTactic = "direct";
 inline constexpr std::string_view kDepthwiseTactic = "depthwise";
 // The INT8/FP8 convolutions and Gemms (through enqueue_q8_layer): "mma-q8", the tensor-core kernel
-// (kernels/quant_kernels.h's launch_q8_mma_conv), wherever kernels::validate_q8_mma accepts the
-// layer, else "direct-q8", one thread per output (launch_q8_conv). Chosen by that rule, not timed:
-// both compute the same INT8 outputs, and the direct kernel is the correct baseline, not a fast one.
+// (kernels/quant_kernels.h's launch_q8_mma_conv), where kernels::validate_q8_mma accepts the layer,
+// the build saw it agree with the direct kernel on the layer's weights and was faster (tactics.cc,
+// choose_q8_tactic); else "direct-q8", one thread per output (launch_q8_conv), which runs any
+// 8-bit layer.
 inline constexpr std::string_view kQ8DirectTactic = "direct-q8";
 inline constexpr std::string_view kQ8MmaTactic = "mma-q8";
 inline bool is_q8_tactic(std::string_view tactic) {

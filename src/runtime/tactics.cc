@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <optional>
+#include <random>
+#include <span>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
@@ -12,7 +16,9 @@
 #include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernels/kernel_desc.h"
+#include "backends/cuda/kernels/quant_kernels.h"
 #include "backends/cuda/wgmma_conv.h"
+#include "core/half.h"
 #include "core/log.h"
 #include "runtime/conv_step.h"
 #include "runtime/step_launch.h"
@@ -115,10 +121,70 @@ class TimingRig {
   cuda::LibraryHandles libs;
   cudaStream_t stream = nullptr;
   Scratch x, w, b, r, y, ws;  // a layer's input, weight, bias, residual, output; cuDNN's workspace
+  Scratch y2, scale;          // 8-bit layers: the second kernel's output, the weight scales
 
  private:
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
+
+// `bytes` into `s` (grown as needed; at least 16 bytes, so that an empty tensor has an address).
+Status upload(Scratch& s, std::span<const std::byte> bytes, const char* what) {
+  GPULAB_TRY(s.ensure(std::max<size_t>(bytes.size(), 16), what));
+  if (!bytes.empty())
+    GPULAB_CUDA_TRY(cudaMemcpy(s.buffer.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+  return Status::ok();
+}
+
+// `count` seeded random 8-bit codes: any int8, or any finite E4M3 value.
+std::vector<std::byte> random_codes(int64_t count, bool fp8, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> out(static_cast<size_t>(count));
+  for (auto& b : out) {
+    auto v = static_cast<uint8_t>(rng() & 0xff);
+    if (fp8 && (v & 0x7f) == 0x7f) v &= 0xfe;  // no NaN
+    b = static_cast<std::byte>(v);
+  }
+  return out;
+}
+
+// The outputs of the direct and the tensor-core kernel for the same input, `y_dtype` elements:
+// INT8 layers must give the same bytes (exact sums, the same epilogue); FP8 layers one E4M3 step
+// apart at most (8-bit y), or a relative L2 below 1e-3 (float y), since the tensor cores sum in
+// another order. Returns what differs, or "" when they agree.
+std::string q8_difference(const std::vector<std::byte>& direct, const std::vector<std::byte>& mma, bool fp8,
+                          DataType y_dtype) {
+  if (direct.size() != mma.size()) return "output sizes differ";
+  if (!fp8) {
+    size_t differ = 0;
+    for (size_t i = 0; i < direct.size(); ++i) differ += direct[i] != mma[i];
+    return differ ? fmt::format("{} of {} output bytes differ", differ, direct.size()) : "";
+  }
+  if (is_quantized_dtype(y_dtype)) {
+    const auto rank = [](std::byte b) {
+      const auto v = static_cast<uint8_t>(b);
+      return (v & 0x80) ? -(v & 0x7f) : (v & 0x7f);
+    };
+    size_t far = 0;
+    for (size_t i = 0; i < direct.size(); ++i) far += std::abs(rank(direct[i]) - rank(mma[i])) > 1;
+    return far ? fmt::format("{} of {} outputs more than one E4M3 step apart", far, direct.size()) : "";
+  }
+  const auto floats = [y_dtype](const std::vector<std::byte>& bytes) {
+    const size_t size = dtype_size(y_dtype);
+    std::vector<float> out(bytes.size() / size);
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (size == 4) {
+        std::memcpy(&out[i], &bytes[i * 4], 4);
+        continue;
+      }
+      uint16_t bits = 0;
+      std::memcpy(&bits, &bytes[i * 2], 2);
+      out[i] = y_dtype == DataType::kBFloat16 ? bf16_bits_to_float(bits) : half_bits_to_float(bits);
+    }
+    return out;
+  };
+  const ErrorStats e = compare(floats(mma), floats(direct));
+  return e.non_finite > 0 || e.rel_l2 > 1e-3 ? fmt::format("relative L2 {:.3g} between them", e.rel_l2) : "";
+}
 
 // The fastest candidate so far.
 struct Best {
@@ -554,6 +620,89 @@ Status select_conv_tactic(const SelectionContext& c, PlanStep& step, TacticRepor
   return Status::ok();
 }
 
+// The tactic of an INT8/FP8 kConv or kGemm (conv_step.h). The tensor-core kernel (mma-q8) where
+// kernels::validate_q8_mma accepts the layer at the plan's max batch, and only once it has computed
+// what the direct kernel computes, on the layer's own weights and a seeded random input of up to 4
+// images (q8_difference says how close); with time_tactics, also only where it is the faster of the
+// two at the timing batch. Else the direct kernel (direct-q8), which runs every 8-bit layer.
+Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, int& on_mma) {
+  step.tactic = std::string(kQ8DirectTactic);
+  if (const Status s = kernels::validate_q8_mma(q8_layer_desc(c.plan, step, c.plan.max_batch)); !s.is_ok()) {
+    log_debug("tactics: {}: {} ({})", step.name, kQ8DirectTactic, s.message());
+    return Status::ok();
+  }
+  TimingRig& rig = c.rig;
+  const Plan& plan = c.plan;
+  const auto host_bytes = [&plan](int w) -> std::span<const std::byte> {
+    if (w < 0) return {};
+    return plan.weights[static_cast<size_t>(w)].bytes;
+  };
+  GPULAB_TRY(upload(rig.w, host_bytes(step.weight), "8-bit weights"));
+  GPULAB_TRY(upload(rig.scale, host_bytes(step.weight_scale), "weight scales"));
+  GPULAB_TRY(upload(rig.b, host_bytes(step.bias), "bias"));
+  const float* w_scale = static_cast<const float*>(rig.scale.buffer.get());
+  const float* bias = step.bias >= 0 ? static_cast<const float*>(rig.b.buffer.get()) : nullptr;
+  // Inputs and outputs for the timing batch (the larger of the two uses).
+  const kernels::Q8ConvDesc timed = q8_layer_desc(plan, step, c.batch);
+  const bool fp8 = timed.x_dtype == DataType::kFp8E4M3;
+  const int64_t x_bytes = timed.n * timed.h * timed.w * timed.c;
+  const int64_t outputs = timed.n * timed.out_h * timed.out_w * timed.k;
+  GPULAB_TRY(upload(rig.x, random_codes(x_bytes, fp8, 11), "8-bit input"));
+  GPULAB_TRY(upload(rig.r, timed.has_residual ? random_codes(outputs, fp8, 12) : std::vector<std::byte>{},
+                    "8-bit residual"));
+  const size_t y_bytes = static_cast<size_t>(outputs) * dtype_size(timed.y_dtype);
+  GPULAB_TRY(rig.y.ensure(y_bytes, "8-bit output"));
+  GPULAB_TRY(rig.y2.ensure(y_bytes, "8-bit output"));
+  const void* residual = timed.has_residual ? rig.r.buffer.get() : nullptr;
+  const auto run = [&](const kernels::Q8ConvDesc& d, bool mma, void* y) {
+    return mma ? kernels::launch_q8_mma_conv(d, rig.x.buffer.get(), rig.w.buffer.get(), w_scale, bias,
+                                             residual, y, rig.stream)
+               : kernels::launch_q8_conv(d, rig.x.buffer.get(), rig.w.buffer.get(), w_scale, bias, residual,
+                                         y, rig.stream);
+  };
+
+  // Agreement on the first images of the same input.
+  const kernels::Q8ConvDesc check = q8_layer_desc(plan, step, std::min<int64_t>(c.batch, 4));
+  const size_t check_bytes =
+      static_cast<size_t>(check.n * check.out_h * check.out_w * check.k) * dtype_size(check.y_dtype);
+  std::vector<std::byte> direct(check_bytes), mma(check_bytes);
+  Status ran = run(check, false, rig.y.buffer.get());
+  if (ran.is_ok()) ran = run(check, true, rig.y2.buffer.get());
+  if (ran.is_ok()) {
+    GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
+    GPULAB_CUDA_TRY(cudaMemcpy(direct.data(), rig.y.buffer.get(), check_bytes, cudaMemcpyDeviceToHost));
+    GPULAB_CUDA_TRY(cudaMemcpy(mma.data(), rig.y2.buffer.get(), check_bytes, cudaMemcpyDeviceToHost));
+  }
+  const std::string differs = ran.is_ok() ? q8_difference(direct, mma, fp8, check.y_dtype) : ran.message();
+  if (!differs.empty()) {
+    (void)cudaGetLastError();
+    log_warning("tactics: {}: the tensor-core 8-bit kernel does not agree with the direct one ({}); using {}",
+                step.name, differs, kQ8DirectTactic);
+    return Status::ok();
+  }
+  if (c.options.time_tactics) {
+    using tactic_timing::kNoLimit;
+    GPULAB_ASSIGN_OR_RETURN(const auto mma_ms, rig.time([&] { return run(timed, true, rig.y2.buffer.get()); },
+                                                        kNoLimit, false, step.name + " mma-q8"));
+    // The direct kernel is given up on as soon as one launch is slower than the tensor cores' median.
+    GPULAB_ASSIGN_OR_RETURN(const auto direct_ms,
+                            rig.time([&] { return run(timed, false, rig.y.buffer.get()); },
+                                     mma_ms.value_or(kNoLimit), true, step.name + " direct-q8"));
+    if (!mma_ms || (direct_ms && *direct_ms < *mma_ms)) {
+      log_info("tactics: {}: {} ({:.4f} ms; {} {}) at batch {}", step.name, kQ8DirectTactic,
+               direct_ms.value_or(-1.0), kQ8MmaTactic,
+               mma_ms ? fmt::format("{:.4f} ms", *mma_ms) : std::string("failed"), c.batch);
+      return Status::ok();
+    }
+    log_info("tactics: {}: {} ({:.4f} ms at batch {}; {} {})", step.name, kQ8MmaTactic, *mma_ms, c.batch,
+             kQ8DirectTactic,
+             direct_ms ? fmt::format("{:.4f} ms or more", *direct_ms) : std::string("failed"));
+  }
+  step.tactic = std::string(kQ8MmaTactic);
+  ++on_mma;
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, TimingCache* cache) {
@@ -574,14 +723,11 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   if (context.batch < plan.max_batch)
     log_info("tactics: chosen at batch {} for a plan of max batch {} (--tactic-batch)", context.batch,
              plan.max_batch);
-  int q8_mma = 0, q8_direct = 0;
+  int q8_layers = 0, q8_mma = 0;
   for (auto& step : plan.steps) {
     if ((step.kind == StepKind::kGemm || step.kind == StepKind::kConv) && is_quantized(step.precision)) {
-      // The tensor-core kernel wherever it runs the layer (conv_step.h says why untimed).
-      const Status mma = kernels::validate_q8_mma(q8_layer_desc(plan, step, plan.max_batch));
-      step.tactic = std::string(mma.is_ok() ? kQ8MmaTactic : kQ8DirectTactic);
-      ++(mma.is_ok() ? q8_mma : q8_direct);
-      if (!mma.is_ok()) log_debug("tactics: {}: {} ({})", step.name, kQ8DirectTactic, mma.message());
+      ++q8_layers;
+      GPULAB_TRY(choose_q8_tactic(context, step, q8_mma));
     } else if (step.kind == StepKind::kGemm || step.kind == StepKind::kLinear ||
                step.kind == StepKind::kMatMul) {
       step.tactic = "cublaslt";
@@ -599,9 +745,9 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       "tactics: {} convolution layers on gpulab's own kernels, {} without any cuDNN candidate, {} in "
       "batch chunks",
       report.own_kernel_layers, report.fallback_layers, report.chunked_layers);
-  if (q8_mma + q8_direct > 0)
+  if (q8_layers > 0)
     log_info("tactics: {} INT8/FP8 layers on the tensor-core kernel ({}), {} on the direct one ({})", q8_mma,
-             kQ8MmaTactic, q8_direct, kQ8DirectTactic);
+             kQ8MmaTactic, q8_layers - q8_mma, kQ8DirectTactic);
   return report;
 }
 
