@@ -12,7 +12,8 @@
 # `gpulab accuracy --fallback auto --json`) adds an INT8 plan with those layers in FP16.
 # BATCHES ("1 256" by default) are timed with CUDA graphs, inputs on the device; plans are built for
 # the largest. The data set is read from $GPULAB_DATASET_DIR (default .gpuhost/data/imagenet-sample-256).
-# Everything goes to $OUT: classify_<name>.json (predictions, one per photo), bench_<name>_b<batch>.json.
+# Everything goes to $OUT: classify_<name>.json (predictions, one per photo; bench/agreement.py
+# compares them), bench_<name>_b<batch>.json.
 set -uo pipefail
 budget=${1:-300}
 start=$(date +%s)
@@ -22,6 +23,8 @@ out=${OUT:-gpuhost-logs}
 data=${GPULAB_DATASET_DIR:-$PWD/.gpuhost/data/imagenet-sample-256}
 model=models/mobilenet_v2_1.0_224.onnx
 batches=${BATCHES:-1 256}
+photos=$data
+[ -d "$data/images" ] && photos=$data/images  # labels.tsv's folder of the sample set (classify does not recurse)
 max_batch=$(tr ' ' '\n' <<< "$batches" | sort -n | tail -1)
 [ -f "${CACHE:-}" ] || { echo "gpuhost_int8: CACHE must name a calibration cache of $model" >&2; exit 2; }
 mkdir -p "$out"
@@ -37,7 +40,7 @@ build_plan() {  # name precision [build flags]
 classify() {  # name plan-or-model flags...
   local name=$1
   shift
-  timeout $(($(left) - 10)) "$gpulab" classify "$@" --batch 64 --top-k 1 --json "$data" \
+  timeout $(($(left) - 10)) "$gpulab" classify "$@" --batch 64 --top-k 1 --json "$photos" \
     > "$out/classify_$name.json" 2> "$out/classify_$name.log"
   echo "classify $name rc=$? at $(($(date +%s) - start)) s"
 }
