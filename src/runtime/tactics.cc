@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <optional>
 #include <random>
@@ -18,8 +17,8 @@
 #include "backends/cuda/kernels/kernel_desc.h"
 #include "backends/cuda/kernels/quant_kernels.h"
 #include "backends/cuda/wgmma_conv.h"
-#include "core/half.h"
 #include "core/log.h"
+#include "plan/lower.h"
 #include "runtime/conv_step.h"
 #include "runtime/step_launch.h"
 #include "runtime/step_problems.h"
@@ -170,21 +169,7 @@ std::string q8_difference(const std::vector<std::byte>& direct, const std::vecto
     for (size_t i = 0; i < direct.size(); ++i) far += std::abs(rank(direct[i]) - rank(mma[i])) > 1;
     return far ? fmt::format("{} of {} outputs more than one E4M3 step apart", far, direct.size()) : "";
   }
-  const auto floats = [y_dtype](const std::vector<std::byte>& bytes) {
-    const size_t size = dtype_size(y_dtype);
-    std::vector<float> out(bytes.size() / size);
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (size == 4) {
-        std::memcpy(&out[i], &bytes[i * 4], 4);
-        continue;
-      }
-      uint16_t bits = 0;
-      std::memcpy(&bits, &bytes[i * 2], 2);
-      out[i] = y_dtype == DataType::kBFloat16 ? bf16_bits_to_float(bits) : half_bits_to_float(bits);
-    }
-    return out;
-  };
-  const ErrorStats e = compare(floats(mma), floats(direct));
+  const ErrorStats e = compare(floats_from_bytes(mma, y_dtype), floats_from_bytes(direct, y_dtype));
   return e.non_finite > 0 || e.rel_l2 > 1e-3 ? fmt::format("relative L2 {:.3g} between them", e.rel_l2) : "";
 }
 

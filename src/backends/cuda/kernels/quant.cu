@@ -108,16 +108,10 @@ __global__ void q8_conv_kernel(ConvParams p, const uint8_t* x, const uint8_t* w,
                                     w + ((ko * d.r + r) * d.s + s) * cg, cg, acc_i, acc_f);
       }
     }
-    // quant.h's epilogue, each step rounded as written (a missing bias adds 0, as the interpreter does).
-    float v = __fmul_rn(kFp8 ? acc_f : __int2float_rn(acc_i), __fmul_rn(d.x_scale, w_scale[ko]));
-    v = __fadd_rn(v, bias ? bias[ko] : 0.0f);
-    if (residual) v = __fadd_rn(v, __fmul_rn(q8_to_float<kFp8>(residual[i]), d.residual_scale));
-    v = apply_act(v, ActParams{d.activation, d.clip_min, d.clip_max});
-    if constexpr (sizeof(Y) == 1) {
-      y[i] = quantize_q8<kFp8>(v, p.inv_y);
-    } else {
-      y[i] = from_float<Y>(v);
-    }
+    // A missing bias adds 0, as the interpreter does.
+    store_q8_output<kFp8>(kFp8 ? acc_f : __int2float_rn(acc_i), d.x_scale, w_scale[ko],
+                          bias ? bias[ko] : 0.0f, residual ? residual + i : nullptr, d.residual_scale,
+                          ActParams{d.activation, d.clip_min, d.clip_max}, p.inv_y, y + i);
   }
 }
 
@@ -215,10 +209,7 @@ Status launch_quant_cast(const QuantCastDesc& desc, const void* x, void* y, cuda
 Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, const float* w_scale,
                       const float* bias, const void* residual, void* y, cudaStream_t stream) {
   GPULAB_TRY(validate(desc));
-  if (!w_scale) return Status::invalid_argument("launch_q8_conv: the weight scales are null.");
-  if (desc.has_residual != (residual != nullptr))
-    return Status::invalid_argument(
-        "launch_q8_conv: a residual pointer without has_residual, or the other way.");
+  GPULAB_TRY(check_q8_conv_pointers(desc, w_scale, residual));
   const int64_t total = desc.n * desc.out_h * desc.out_w * desc.k;
   const ConvParams p{desc, 1.0f / desc.y_scale};
   const int64_t cg = desc.c / desc.groups;

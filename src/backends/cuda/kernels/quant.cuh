@@ -51,6 +51,36 @@ __device__ __forceinline__ uint8_t quantize_q8(float x, float inv_scale) {
   }
 }
 
+// quant.h's epilogue of one output of an 8-bit convolution or Gemm, each step rounded as written:
+// `conv` (the int32 sum converted to float, or E4M3's float32 sum) times x_scale * w_scale, plus
+// `bias` (0 for a layer without one), plus the residual byte at `residual` (when not null) times
+// residual_scale, the activation, then stored at `y`: quantized at 1 / inv_y for an 8-bit y,
+// rounded to a float y. The direct kernel (quant.cu) and the tensor-core one (quant_mma.cu) both
+// end with it, which is why their INT8 outputs are the same bytes.
+template <bool kFp8, typename Y>
+__device__ __forceinline__ void store_q8_output(float conv, float x_scale, float w_scale, float bias,
+                                                const uint8_t* residual, float residual_scale, ActParams act,
+                                                float inv_y, Y* y) {
+  float v = __fmul_rn(conv, __fmul_rn(x_scale, w_scale));
+  v = __fadd_rn(v, bias);
+  if (residual) v = __fadd_rn(v, __fmul_rn(q8_to_float<kFp8>(*residual), residual_scale));
+  v = apply_act(v, act);
+  if constexpr (sizeof(Y) == 1) {
+    *y = quantize_q8<kFp8>(v, inv_y);
+  } else {
+    *y = from_float<Y>(v);
+  }
+}
+
+// The pointer checks of launch_q8_conv and launch_q8_mma_conv.
+inline Status check_q8_conv_pointers(const Q8ConvDesc& desc, const float* w_scale, const void* residual) {
+  if (!w_scale) return Status::invalid_argument("launch_q8_conv: the weight scales are null.");
+  if (desc.has_residual != (residual != nullptr))
+    return Status::invalid_argument(
+        "launch_q8_conv: a residual pointer without has_residual, or the other way.");
+  return Status::ok();
+}
+
 // Calls fn(std::bool_constant<fp8>{}) for an 8-bit dtype.
 template <typename Fn>
 Status dispatch_8bit(DataType dtype, Fn&& fn) {

@@ -17,9 +17,7 @@
 // Shared memory: per stage, 128 activation rows and 64 weight rows of 64 bytes, each padded to 80
 // bytes: the fragment loads (8 rows x 4 consecutive words per instruction) then fall on 32
 // distinct banks, and every 16-byte cp.async destination stays aligned.
-#include <algorithm>
-#include <atomic>
-#include <climits>
+#include <cstdint>
 #include <type_traits>
 
 #include "backends/cuda/kernels/common.cuh"
@@ -195,8 +193,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
   cp_async_wait<0>();  // nothing is in flight when the block exits
 
-  // quant.h's epilogue, as q8_conv_kernel computes it. Accumulator e of (im, jn) is pixel row
-  // g + 8 (e / 2), channel 2 tig + e % 2 of the 16 x 8 tile.
+  // quant.h's epilogue (store_q8_output, as the direct kernel ends). Accumulator e of (im, jn) is
+  // pixel row g + 8 (e / 2), channel 2 tig + e % 2 of the 16 x 8 tile.
 #pragma unroll
   for (int im = 0; im < 4; ++im) {
 #pragma unroll
@@ -217,45 +215,24 @@ __global__ void __launch_bounds__(kMmaThreads)
           } else {
             conv = __int2float_rn(a);
           }
-          float v = __fmul_rn(conv, __fmul_rn(p.x_scale, w_scale[k]));
-          v = __fadd_rn(v, bias ? bias[k] : 0.0f);
-          if (residual) v = __fadd_rn(v, __fmul_rn(q8_to_float<kFp8>(residual[i]), p.residual_scale));
-          v = apply_act(v, p.act);
-          if constexpr (sizeof(Y) == 1) {
-            y[i] = quantize_q8<kFp8>(v, p.inv_y);
-          } else {
-            y[i] = from_float<Y>(v);
-          }
+          store_q8_output<kFp8>(conv, p.x_scale, w_scale[k], bias ? bias[k] : 0.0f,
+                                residual ? residual + i : nullptr, p.residual_scale, p.act, p.inv_y, y + i);
         }
       }
     }
   }
 }
 
-// Per device ordinal: 1 when it runs the FP8 tensor-core instructions (sm_89 and newer), -1 when
-// not, 0 until asked.
-constexpr int kMaxDevices = 64;
-std::atomic<int> g_fp8_mma[kMaxDevices];
-
+// OK when the current device runs the FP8 tensor-core instructions (sm_89 and newer).
 Status check_fp8_device() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
     (void)cudaGetLastError();
-    return Status::unavailable("launch_q8_conv: no current CUDA device.");
+    return Status::unavailable("launch_q8_conv: cannot read the current device's compute capability.");
   }
-  std::atomic<int>* known = device >= 0 && device < kMaxDevices ? &g_fp8_mma[device] : nullptr;
-  int state = known ? known->load(std::memory_order_relaxed) : 0;
-  if (state == 0) {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return Status::unavailable("launch_q8_conv: cannot read the device's compute capability.");
-    }
-    state = major * 10 + minor >= 89 ? 1 : -1;
-    if (known) known->store(state, std::memory_order_relaxed);
-  }
-  if (state < 0)
+  if (major * 10 + minor < 89)
     return Status::unsupported("launch_q8_conv: the FP8 tensor-core convolution needs sm_89 or newer.");
   return Status::ok();
 }
@@ -265,10 +242,7 @@ Status check_fp8_device() {
 Status launch_q8_mma_conv(const Q8ConvDesc& d, const void* x, const void* w, const float* w_scale,
                           const float* bias, const void* residual, void* y, cudaStream_t stream) {
   GPULAB_TRY(validate_q8_mma(d));
-  if (!w_scale) return Status::invalid_argument("launch_q8_conv: the weight scales are null.");
-  if (d.has_residual != (residual != nullptr))
-    return Status::invalid_argument(
-        "launch_q8_conv: a residual pointer without has_residual, or the other way.");
+  GPULAB_TRY(check_q8_conv_pointers(d, w_scale, residual));
   if (!is_aligned(x, 16) || !is_aligned(w, 16))
     return Status::invalid_argument("launch_q8_conv: the tensor-core kernel needs x and w 16-byte aligned.");
   const bool fp8 = d.x_dtype == DataType::kFp8E4M3;
