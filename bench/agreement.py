@@ -19,13 +19,17 @@ import sys
 
 
 def top1_by_file(path):
-    with open(path) as f:
-        doc = json.load(f)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"agreement.py: cannot read {path} as gpulab classify --json output: {e}")
     out = {}
-    for image in doc.get("images", []):
-        top = image.get("top") or []
-        if top:
-            out[os.path.basename(image["file"])] = top[0]["index"]
+    images = doc.get("images", []) if isinstance(doc, dict) else []
+    for image in images:
+        top = (image.get("top") or []) if isinstance(image, dict) else []
+        if top and isinstance(top[0], dict) and "file" in image and "index" in top[0]:
+            out[os.path.basename(str(image["file"]))] = top[0]["index"]
     if not out:
         sys.exit(f"agreement.py: {path} lists no predictions")
     return out
@@ -33,7 +37,11 @@ def top1_by_file(path):
 
 def labels_of(path):
     labels = []
-    with open(path) as f:
+    try:
+        f = open(path)
+    except OSError as e:
+        sys.exit(f"agreement.py: cannot read the labels {path}: {e}")
+    with f:
         for line in f:
             parts = line.rstrip("\n").split("\t")
             if len(parts) >= 2 and parts[1].lstrip("-").isdigit():
