@@ -285,29 +285,34 @@ TEST(QuantKernels, InputCastsPoolsMatchExactly) {
   for (DataType q : {DataType::kInt8, DataType::kFp8E4M3}) {
     SCOPED_TRACE(dtype_name(q));
     const bool fp8 = q == DataType::kFp8E4M3;
-    // Input: [2, 3, 10, 10] float NCHW -> space-to-depth block 2, pads 1, 16 channels.
-    QuantizeInputDesc in;
-    in.layout = SpaceToDepthDesc{2, 3, 10, 10, 2, 1, 1, 6, 6, 16, DataType::kFloat32};
-    in.dtype = q;
-    in.scale = fp8 ? 0.004f : 0.02f;
-    const auto image = testing::random_values(2 * 3 * 10 * 10, 9, 2.5f);
-    std::vector<uint8_t> want_in(2 * 6 * 6 * 16, 0);
-    for (int64_t n = 0; n < 2; ++n)
-      for (int64_t y = 0; y < 6; ++y)
-        for (int64_t x = 0; x < 6; ++x)
-          for (int64_t ch = 0; ch < 16; ++ch) {
-            float v = 0;
-            if (ch < 12) {
-              const int64_t iy = y * 2 + (ch / 3) / 2 - 1, ix = x * 2 + (ch / 3) % 2 - 1;
-              if (iy >= 0 && iy < 10 && ix >= 0 && ix < 10) v = image[((n * 3 + ch % 3) * 10 + iy) * 10 + ix];
+    // Input: [2, 3, 10, 10] float NCHW -> space-to-depth block 2, pads 1, 16 channels (the
+    // 16-byte kernel) and 12 (one byte per thread).
+    for (const int64_t c_out : {16, 12}) {
+      SCOPED_TRACE(c_out);
+      QuantizeInputDesc in;
+      in.layout = SpaceToDepthDesc{2, 3, 10, 10, 2, 1, 1, 6, 6, c_out, DataType::kFloat32};
+      in.dtype = q;
+      in.scale = fp8 ? 0.004f : 0.02f;
+      const auto image = testing::random_values(2 * 3 * 10 * 10, 9, 2.5f);
+      std::vector<uint8_t> want_in(static_cast<size_t>(2 * 6 * 6 * c_out), 0);
+      for (int64_t n = 0; n < 2; ++n)
+        for (int64_t y = 0; y < 6; ++y)
+          for (int64_t x = 0; x < 6; ++x)
+            for (int64_t ch = 0; ch < c_out; ++ch) {
+              float v = 0;
+              if (ch < 12) {
+                const int64_t iy = y * 2 + (ch / 3) / 2 - 1, ix = x * 2 + (ch / 3) % 2 - 1;
+                if (iy >= 0 && iy < 10 && ix >= 0 && ix < 10)
+                  v = image[((n * 3 + ch % 3) * 10 + iy) * 10 + ix];
+              }
+              want_in[((n * 6 + y) * 6 + x) * c_out + ch] = quantize(v, 1.0f / in.scale, fp8);
             }
-            want_in[((n * 6 + y) * 6 + x) * 16 + ch] = quantize(v, 1.0f / in.scale, fp8);
-          }
-    DeviceBuffer dimage(testing::encode(image, DataType::kFloat32)), dq(want_in.size());
-    ASSERT_TRUE(
-        launch_quantize_input(in, static_cast<const float*>(dimage.get()), dq.get(), nullptr).is_ok());
-    testing::expect_synced();
-    EXPECT_EQ(as_u8(dq.download()), want_in);
+      DeviceBuffer dimage(testing::encode(image, DataType::kFloat32)), dq(want_in.size());
+      ASSERT_TRUE(
+          launch_quantize_input(in, static_cast<const float*>(dimage.get()), dq.get(), nullptr).is_ok());
+      testing::expect_synced();
+      EXPECT_EQ(as_u8(dq.download()), want_in);
+    }
     // Casts: dequantize to float16, quantize back from float32.
     const auto codes = random_codes(1000, fp8, 4);
     std::vector<float> want_half(codes.size());
@@ -328,36 +333,42 @@ TEST(QuantKernels, InputCastsPoolsMatchExactly) {
                     .is_ok());
     testing::expect_synced();
     EXPECT_EQ(as_u8(dout.download()), want_q);
-    // Max pool 3x3/2 pad 1 over [1, 9, 9, 8]: the largest value's code.
-    PoolDesc pool;
-    pool.n = 1;
-    pool.h = pool.w = 9;
-    pool.c = 8;
-    pool.kernel = {3, 3};
-    pool.stride = {2, 2};
-    pool.pads = {1, 1, 1, 1};
-    pool.dtype = q;
-    pool = with_output_size(pool);
-    const auto px = random_codes(9 * 9 * 8, fp8, 6);
-    std::vector<uint8_t> want_pool(static_cast<size_t>(pool.out_h * pool.out_w * 8));
-    for (int64_t oh = 0; oh < pool.out_h; ++oh)
-      for (int64_t ow = 0; ow < pool.out_w; ++ow)
-        for (int64_t c = 0; c < 8; ++c) {
-          float best = -1e30f;
-          uint8_t code = 0;
-          for (int64_t r = 0; r < 3; ++r)
-            for (int64_t s = 0; s < 3; ++s) {
-              const int64_t ih = oh * 2 - 1 + r, iw = ow * 2 - 1 + s;
-              if (ih < 0 || ih >= 9 || iw < 0 || iw >= 9) continue;
-              const uint8_t b = px[(ih * 9 + iw) * 8 + c];
-              if (value_of(b, fp8) > best) best = value_of(b, fp8), code = b;
-            }
-          want_pool[(oh * pool.out_w + ow) * 8 + c] = code;
-        }
-    DeviceBuffer dpx(as_bytes(px)), dpool(want_pool.size());
-    ASSERT_TRUE(launch_q8_max_pool(pool, dpx.get(), dpool.get(), nullptr).is_ok());
-    testing::expect_synced();
-    EXPECT_EQ(as_u8(dpool.download()), want_pool);
+    // Max pool 3x3/2 pad 1 over [1, 9, 9, C]: the largest value's code. C = 8: one byte per
+    // thread; C = 32: 16-byte vectors. FP8 codes include +0 and -0 (0x00, 0x80), equal values
+    // whose code is the first one met.
+    for (const int64_t pc : {8, 32}) {
+      SCOPED_TRACE(pc);
+      PoolDesc pool;
+      pool.n = 1;
+      pool.h = pool.w = 9;
+      pool.c = pc;
+      pool.kernel = {3, 3};
+      pool.stride = {2, 2};
+      pool.pads = {1, 1, 1, 1};
+      pool.dtype = q;
+      pool = with_output_size(pool);
+      auto px = random_codes(static_cast<size_t>(9 * 9 * pc), fp8, 6);
+      for (size_t i = 0; i < px.size(); i += 5) px[i] = i % 2 ? 0x80 : 0x00;  // zeroes of both signs
+      std::vector<uint8_t> want_pool(static_cast<size_t>(pool.out_h * pool.out_w * pc));
+      for (int64_t oh = 0; oh < pool.out_h; ++oh)
+        for (int64_t ow = 0; ow < pool.out_w; ++ow)
+          for (int64_t c = 0; c < pc; ++c) {
+            float best = -1e30f;
+            uint8_t code = 0;
+            for (int64_t r = 0; r < 3; ++r)
+              for (int64_t s = 0; s < 3; ++s) {
+                const int64_t ih = oh * 2 - 1 + r, iw = ow * 2 - 1 + s;
+                if (ih < 0 || ih >= 9 || iw < 0 || iw >= 9) continue;
+                const uint8_t b = px[(ih * 9 + iw) * pc + c];
+                if (value_of(b, fp8) > best) best = value_of(b, fp8), code = b;
+              }
+            want_pool[(oh * pool.out_w + ow) * pc + c] = code;
+          }
+      DeviceBuffer dpx(as_bytes(px)), dpool(want_pool.size());
+      ASSERT_TRUE(launch_q8_max_pool(pool, dpx.get(), dpool.get(), nullptr).is_ok());
+      testing::expect_synced();
+      EXPECT_EQ(as_u8(dpool.download()), want_pool);
+    }
     // Global average pool [2, 7, 7, 16] -> 8 bits and float16.
     const auto gx = random_codes(2 * 49 * 16, fp8, 7);
     const Q8GlobalPoolDesc gap{.n = 2,

@@ -4,8 +4,10 @@
 //
 // Algorithm: plain grid-stride loops, one output element per thread (the convolution: NHWC, the
 // output channel fastest, so a warp reads one input patch and 32 weight rows). They are the
-// correct baseline every faster 8-bit kernel is tested against, not fast ones: a tensor-core
-// INT8/FP8 convolution is the GPU host issue's work.
+// correct baseline every faster 8-bit kernel is tested against, not fast ones: the tensor-core
+// convolution is quant_mma.cu. The input conversion and the max pool have a second kernel for
+// 16-channel multiples that moves 16-byte vectors (ResNet-18's INT8 plan at batch 256 spent 22% of
+// its time in the one-byte-per-thread max pool, 2026-12-06 at 5b3cf93).
 // Tolerance: bit for bit with the plan interpreter (src/plan/interpret.cc): the integer sums are
 // exact, E4M3 sums run in the interpreter's order where it is defined (pixel order in the global
 // pool), and every float step of the epilogue is an explicitly rounded intrinsic in quant.h's
@@ -41,6 +43,40 @@ __global__ void quantize_input_kernel(const float* x, uint8_t* y, SpaceToDepthDe
       if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w) v = x[((n * d.c + cin) * d.h + iy) * d.w + ix];
     }
     y[i] = quantize_q8<kFp8>(v, inv_scale);
+  }
+}
+
+// The same conversion, one output pixel per thread and its c_out channels (a multiple of 16) stored
+// as 16-byte vectors: a warp reads 32 neighbouring pixels of each image row and writes 512
+// contiguous bytes, where the kernel above has consecutive threads read from different channel
+// planes. The same quantize_q8 of the same float per byte: the same codes.
+template <bool kFp8>
+__global__ void quantize_input16_kernel(const float* x, uint4* y, SpaceToDepthDesc d, int64_t pixels,
+                                        float inv_scale) {
+  const int64_t data_channels = d.block * d.block * d.c;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < pixels;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t = i;
+    const int64_t ox = t % d.out_w;
+    t /= d.out_w;
+    const int64_t oy = t % d.out_h;
+    const int64_t n = t / d.out_h;
+    for (int64_t ch0 = 0; ch0 < d.c_out; ch0 += 16) {
+      alignas(16) uint8_t q[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int64_t ch = ch0 + j;
+        float v = 0.0f;
+        if (ch < data_channels) {
+          const int64_t cell = ch / d.c, cin = ch % d.c;
+          const int64_t iy = oy * d.block + cell / d.block - d.pad_top;
+          const int64_t ix = ox * d.block + cell % d.block - d.pad_left;
+          if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w) v = x[((n * d.c + cin) * d.h + iy) * d.w + ix];
+        }
+        q[j] = quantize_q8<kFp8>(v, inv_scale);
+      }
+      y[(i * d.c_out + ch0) / 16] = *reinterpret_cast<const uint4*>(q);
+    }
   }
 }
 
@@ -146,6 +182,57 @@ __global__ void q8_max_pool_kernel(const uint8_t* x, uint8_t* y, PoolDesc d, int
   }
 }
 
+// Max pooling of 16 channels per thread (c a multiple of 16, both tensors 16-byte aligned): one
+// 16-byte load per window tap and one store. INT8 takes the signed byte maximum four at a time
+// (__vmaxs4), which is the scalar kernel's result: an int8 code is its value. FP8 keeps the scalar
+// kernel's comparison per byte in the same tap order, so ties (+0 and -0) and NaN (never greater)
+// leave the same code.
+template <bool kFp8>
+__global__ void q8_max_pool16_kernel(const uint4* x, uint4* y, PoolDesc d, int64_t total) {
+  const int64_t vectors = d.c / 16;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t = i;
+    const int64_t cv = t % vectors;
+    t /= vectors;
+    const int64_t ow = t % d.out_w;
+    t /= d.out_w;
+    const int64_t oh = t % d.out_h;
+    const int64_t n = t / d.out_h;
+    alignas(16) uint8_t best[16];
+    float best_v[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      best[j] = kFp8 ? 0xfe : 0x80;  // -448 / -128: the smallest value of the type
+      best_v[j] = q8_to_float<kFp8>(best[j]);
+    }
+    uint4 m = *reinterpret_cast<const uint4*>(best);
+    for (int64_t r = 0; r < d.kernel.h; ++r) {
+      const int64_t ih = oh * d.stride.h - d.pads.top + r * d.dilation.h;
+      if (ih < 0 || ih >= d.h) continue;
+      for (int64_t q = 0; q < d.kernel.w; ++q) {
+        const int64_t iw = ow * d.stride.w - d.pads.left + q * d.dilation.w;
+        if (iw < 0 || iw >= d.w) continue;
+        const uint4 v = x[((n * d.h + ih) * d.w + iw) * vectors + cv];
+        if constexpr (kFp8) {
+          const auto* b = reinterpret_cast<const uint8_t*>(&v);
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            const float f = e4m3_to_float(b[j]);
+            if (f > best_v[j]) {
+              best_v[j] = f;
+              best[j] = b[j];
+            }
+          }
+        } else {
+          m = make_uint4(__vmaxs4(m.x, v.x), __vmaxs4(m.y, v.y), __vmaxs4(m.z, v.z), __vmaxs4(m.w, v.w));
+        }
+      }
+    }
+    y[i] = kFp8 ? *reinterpret_cast<const uint4*>(best) : m;
+  }
+}
+
 template <bool kFp8, typename Y>
 __global__ void q8_global_pool_kernel(const uint8_t* x, Y* y, Q8GlobalPoolDesc d, float multiplier,
                                       float inv_y) {
@@ -178,6 +265,14 @@ Status launch_quantize_input(const QuantizeInputDesc& desc, const float* x, void
   GPULAB_TRY(validate(desc));
   const SpaceToDepthDesc& d = desc.layout;
   const int64_t total = d.n * d.out_h * d.out_w * d.c_out;
+  if (d.c_out % 16 == 0 && is_aligned(y, 16)) {
+    const int64_t pixels = total / d.c_out;
+    return dispatch_8bit(desc.dtype, [&](auto fp8) -> Status {
+      quantize_input16_kernel<decltype(fp8)::value><<<grid_for(pixels), kThreads, 0, stream>>>(
+          x, static_cast<uint4*>(y), d, pixels, 1.0f / desc.scale);
+      return check_launch("launch_quantize_input", "quantize_input16_kernel");
+    });
+  }
   return dispatch_8bit(desc.dtype, [&](auto fp8) -> Status {
     quantize_input_kernel<decltype(fp8)::value>
         <<<grid_for(total), kThreads, 0, stream>>>(x, static_cast<uint8_t*>(y), d, total, 1.0f / desc.scale);
@@ -236,6 +331,12 @@ Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, cons
 Status launch_q8_max_pool(const PoolDesc& desc, const void* x, void* y, cudaStream_t stream) {
   GPULAB_TRY(validate_q8_max_pool(desc));
   const int64_t total = desc.n * desc.out_h * desc.out_w * desc.c;
+  if (desc.c % 16 == 0 && is_aligned(x, 16) && is_aligned(y, 16))
+    return dispatch_8bit(desc.dtype, [&](auto fp8) -> Status {
+      q8_max_pool16_kernel<decltype(fp8)::value><<<grid_for(total / 16), kThreads, 0, stream>>>(
+          static_cast<const uint4*>(x), static_cast<uint4*>(y), desc, total / 16);
+      return check_launch("launch_q8_max_pool", "q8_max_pool16_kernel");
+    });
   return dispatch_8bit(desc.dtype, [&](auto fp8) -> Status {
     q8_max_pool_kernel<decltype(fp8)::value><<<grid_for(total), kThreads, 0, stream>>>(
         static_cast<const uint8_t*>(x), static_cast<uint8_t*>(y), desc, total);
