@@ -23,6 +23,32 @@
 namespace gpulab::kernels {
 namespace {
 
+// The float behind space-to-depth channel `ch` of output pixel (n, oy, ox) of the NCHW image x:
+// channel (cell, cin), cell = dy * block + dx; 0 in the padding and in the channels past block^2 c.
+__device__ __forceinline__ float s2d_value(const float* x, const SpaceToDepthDesc& d, int64_t n, int64_t oy,
+                                           int64_t ox, int64_t ch) {
+  if (ch >= d.block * d.block * d.c) return 0.0f;
+  const int64_t cell = ch / d.c, cin = ch % d.c;
+  const int64_t iy = oy * d.block + cell / d.block - d.pad_top;
+  const int64_t ix = ox * d.block + cell % d.block - d.pad_left;
+  return iy >= 0 && iy < d.h && ix >= 0 && ix < d.w ? x[((n * d.c + cin) * d.h + iy) * d.w + ix] : 0.0f;
+}
+
+// f(pixel) for each input pixel (index n h w + ...) inside the window of output (n, oh, ow), rows
+// then columns.
+template <typename F>
+__device__ __forceinline__ void for_each_window_pixel(const PoolDesc& d, int64_t n, int64_t oh, int64_t ow,
+                                                      F f) {
+  for (int64_t r = 0; r < d.kernel.h; ++r) {
+    const int64_t ih = oh * d.stride.h - d.pads.top + r * d.dilation.h;
+    if (ih < 0 || ih >= d.h) continue;
+    for (int64_t q = 0; q < d.kernel.w; ++q) {
+      const int64_t iw = ow * d.stride.w - d.pads.left + q * d.dilation.w;
+      if (iw >= 0 && iw < d.w) f((n * d.h + ih) * d.w + iw);
+    }
+  }
+}
+
 template <bool kFp8>
 __global__ void quantize_input_kernel(const float* x, uint8_t* y, SpaceToDepthDesc d, int64_t total,
                                       float inv_scale) {
@@ -35,14 +61,7 @@ __global__ void quantize_input_kernel(const float* x, uint8_t* y, SpaceToDepthDe
     t /= d.out_w;
     const int64_t oy = t % d.out_h;
     const int64_t n = t / d.out_h;
-    float v = 0.0f;
-    if (ch < d.block * d.block * d.c) {
-      const int64_t cell = ch / d.c, cin = ch % d.c;
-      const int64_t iy = oy * d.block + cell / d.block - d.pad_top;
-      const int64_t ix = ox * d.block + cell % d.block - d.pad_left;
-      if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w) v = x[((n * d.c + cin) * d.h + iy) * d.w + ix];
-    }
-    y[i] = quantize_q8<kFp8>(v, inv_scale);
+    y[i] = quantize_q8<kFp8>(s2d_value(x, d, n, oy, ox, ch), inv_scale);
   }
 }
 
@@ -53,7 +72,6 @@ __global__ void quantize_input_kernel(const float* x, uint8_t* y, SpaceToDepthDe
 template <bool kFp8>
 __global__ void quantize_input16_kernel(const float* x, uint4* y, SpaceToDepthDesc d, int64_t pixels,
                                         float inv_scale) {
-  const int64_t data_channels = d.block * d.block * d.c;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < pixels;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t t = i;
@@ -64,17 +82,7 @@ __global__ void quantize_input16_kernel(const float* x, uint4* y, SpaceToDepthDe
     for (int64_t ch0 = 0; ch0 < d.c_out; ch0 += 16) {
       alignas(16) uint8_t q[16];
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int64_t ch = ch0 + j;
-        float v = 0.0f;
-        if (ch < data_channels) {
-          const int64_t cell = ch / d.c, cin = ch % d.c;
-          const int64_t iy = oy * d.block + cell / d.block - d.pad_top;
-          const int64_t ix = ox * d.block + cell % d.block - d.pad_left;
-          if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w) v = x[((n * d.c + cin) * d.h + iy) * d.w + ix];
-        }
-        q[j] = quantize_q8<kFp8>(v, inv_scale);
-      }
+      for (int j = 0; j < 16; ++j) q[j] = quantize_q8<kFp8>(s2d_value(x, d, n, oy, ox, ch0 + j), inv_scale);
       y[(i * d.c_out + ch0) / 16] = *reinterpret_cast<const uint4*>(q);
     }
   }
@@ -164,20 +172,14 @@ __global__ void q8_max_pool_kernel(const uint8_t* x, uint8_t* y, PoolDesc d, int
     const int64_t n = t / d.out_h;
     uint8_t best = kFp8 ? 0xfe : 0x80;  // -448 / -128: the smallest value of the type
     float best_v = q8_to_float<kFp8>(best);
-    for (int64_t r = 0; r < d.kernel.h; ++r) {
-      const int64_t ih = oh * d.stride.h - d.pads.top + r * d.dilation.h;
-      if (ih < 0 || ih >= d.h) continue;
-      for (int64_t q = 0; q < d.kernel.w; ++q) {
-        const int64_t iw = ow * d.stride.w - d.pads.left + q * d.dilation.w;
-        if (iw < 0 || iw >= d.w) continue;
-        const uint8_t b = x[((n * d.h + ih) * d.w + iw) * d.c + c];
-        const float v = q8_to_float<kFp8>(b);
-        if (v > best_v) {
-          best_v = v;
-          best = b;
-        }
+    for_each_window_pixel(d, n, oh, ow, [&](int64_t pixel) {
+      const uint8_t b = x[pixel * d.c + c];
+      const float v = q8_to_float<kFp8>(b);
+      if (v > best_v) {
+        best_v = v;
+        best = b;
       }
-    }
+    });
     y[i] = best;
   }
 }
@@ -207,28 +209,22 @@ __global__ void q8_max_pool16_kernel(const uint4* x, uint4* y, PoolDesc d, int64
       best_v[j] = q8_to_float<kFp8>(best[j]);
     }
     uint4 m = *reinterpret_cast<const uint4*>(best);
-    for (int64_t r = 0; r < d.kernel.h; ++r) {
-      const int64_t ih = oh * d.stride.h - d.pads.top + r * d.dilation.h;
-      if (ih < 0 || ih >= d.h) continue;
-      for (int64_t q = 0; q < d.kernel.w; ++q) {
-        const int64_t iw = ow * d.stride.w - d.pads.left + q * d.dilation.w;
-        if (iw < 0 || iw >= d.w) continue;
-        const uint4 v = x[((n * d.h + ih) * d.w + iw) * vectors + cv];
-        if constexpr (kFp8) {
-          const auto* b = reinterpret_cast<const uint8_t*>(&v);
+    for_each_window_pixel(d, n, oh, ow, [&](int64_t pixel) {
+      const uint4 v = x[pixel * vectors + cv];
+      if constexpr (kFp8) {
+        const auto* b = reinterpret_cast<const uint8_t*>(&v);
 #pragma unroll
-          for (int j = 0; j < 16; ++j) {
-            const float f = e4m3_to_float(b[j]);
-            if (f > best_v[j]) {
-              best_v[j] = f;
-              best[j] = b[j];
-            }
+        for (int j = 0; j < 16; ++j) {
+          const float f = e4m3_to_float(b[j]);
+          if (f > best_v[j]) {
+            best_v[j] = f;
+            best[j] = b[j];
           }
-        } else {
-          m = make_uint4(__vmaxs4(m.x, v.x), __vmaxs4(m.y, v.y), __vmaxs4(m.z, v.z), __vmaxs4(m.w, v.w));
         }
+      } else {
+        m = make_uint4(__vmaxs4(m.x, v.x), __vmaxs4(m.y, v.y), __vmaxs4(m.z, v.z), __vmaxs4(m.w, v.w));
       }
-    }
+    });
     y[i] = kFp8 ? *reinterpret_cast<const uint4*>(best) : m;
   }
 }
