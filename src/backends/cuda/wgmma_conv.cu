@@ -26,6 +26,7 @@
 // cores read them that way.
 #include "backends/cuda/wgmma_conv.h"
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -79,13 +80,15 @@ static_assert(kStageBytes <= kBytes, "the staged tile fits in a patch buffer");
 // The tactics (see the top of the file).
 constexpr std::string_view kTactics[] = {"wgmma-conv3x3:rs14", "wgmma-conv3x3:ws14"};
 
+// T: __half or __nv_bfloat16, the storage of x, the weights, the residual and y.
+template <typename T>
 struct Params {
-  const __half* x;
-  const __half* weight;
-  const void* bias;  // [64] or null
+  const T* x;
+  const T* weight;
+  const void* bias;  // [64] T or float32, or null
   bool bias_f32;
-  const __half* residual;  // or null
-  __half* y;
+  const T* residual;  // or null
+  T* y;
   int h, w;
   int units_x, units_per_image;  // units per row of units and per image
   int units;                     // in all
@@ -101,7 +104,8 @@ struct UnitAt {
 
 // Unit `unit`'s image and top-left output pixel (p.units_x units per row of units,
 // p.units_per_image per image).
-__device__ __forceinline__ UnitAt unit_at(const Params& p, int unit) {
+template <typename T>
+__device__ __forceinline__ UnitAt unit_at(const Params<T>& p, int unit) {
   const int img = unit / p.units_per_image, in_img = unit - img * p.units_per_image;
   const int by = in_img / p.units_x;
   return UnitAt{img, by * kRows, (in_img - by * p.units_x) * kBlock};
@@ -110,9 +114,10 @@ __device__ __forceinline__ UnitAt unit_at(const Params& p, int unit) {
 // The input patch of the unit at `at` (kRows + 2 rows of 10 pixels, all 64 channels, zero outside
 // the image) into `dst` as 8 chunk planes kPlane bytes apart, by a warpgroup's 128 threads (wtid:
 // the thread's index among them). The caller commits the copies.
-__device__ __forceinline__ void copy_patch(const Params& p, unsigned char* dst, UnitAt at, int wtid) {
+template <typename T>
+__device__ __forceinline__ void copy_patch(const Params<T>& p, unsigned char* dst, UnitAt at, int wtid) {
   static_assert(kPixels % 4 == 0, "whole groups of 4 pixels");
-  const __half* xi = p.x + static_cast<int64_t>(at.img) * p.h * p.w * kC;
+  const T* xi = p.x + static_cast<int64_t>(at.img) * p.h * p.w * kC;
 #pragma unroll 1
   for (int e = wtid; e < kPixels * kChunks; e += 128) {
     // 8 consecutive threads: chunks 2 q and 2 q + 1 of 4 consecutive pixels (32-byte global
@@ -122,7 +127,7 @@ __device__ __forceinline__ void copy_patch(const Params& p, unsigned char* dst, 
     const int py = pix / kPatch, px = pix - py * kPatch;
     const int iy = at.oy0 - 1 + py, ix = at.ox0 - 1 + px;
     const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
-    const __half* src = inside ? xi + (static_cast<int64_t>(iy) * p.w + ix) * kC + chunk * 8 : xi;
+    const T* src = inside ? xi + (static_cast<int64_t>(iy) * p.w + ix) * kC + chunk * 8 : xi;
     cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>::copy(
         *reinterpret_cast<const cute::uint128_t*>(src),
         *reinterpret_cast<cute::uint128_t*>(dst + chunk * kPlane + pix * 16), inside);
@@ -131,7 +136,8 @@ __device__ __forceinline__ void copy_patch(const Params& p, unsigned char* dst, 
 
 // The weights, once per thread block, by its `threads` threads: global [n][72 chunks] -> shared
 // [K step][K half][n] (kStepBytes per step, kHalfOffset between halves). The caller waits.
-__device__ __forceinline__ void copy_weights(const Params& p, unsigned char* wts, int tid, int threads) {
+template <typename T>
+__device__ __forceinline__ void copy_weights(const Params<T>& p, unsigned char* wts, int tid, int threads) {
   for (int i = tid; i < kC * 2 * kKSteps; i += threads) {
     const int n = i / (2 * kKSteps), q = i - n * 2 * kKSteps;
     cute::SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>::copy(
@@ -147,29 +153,51 @@ __device__ __forceinline__ void copy_weights(const Params& p, unsigned char* wts
 // 8 kRows = 112 pixels, the 8-pixel groups one patch row (160 bytes) apart. Wide N is what the
 // tensor cores need to run near their rate (the m64n64 pixels x channels instructions of the first
 // version, c9ebd4c, reached 37% of it in Nsight Compute).
-// The accumulators hold channels x pixels, so the epilogue adds the bias, rounds to float16 and
+// The accumulators hold channels x pixels, so the epilogue adds the bias, rounds to T and
 // transposes through shared memory (stmatrix.trans into a staging tile), then adds the residual
-// and stores 16-byte pixel rows. (The convolution plus bias is rounded to float16 before the
+// and stores 16-byte pixel rows. (The convolution plus bias is rounded to T before the
 // residual is added: the unfused order, one rounding more than a pixels x channels epilogue.)
-using MmaRS =
-    cute::SM90::GMMA::MMA_64x112x16_F32F16F16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-using MmaSS =
-    cute::SM90::GMMA::MMA_64x112x16_F32F16F16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+// Per storage type: the m64n112k16 instructions (A from registers, RS, or shared memory, SS; both
+// operands K-major; float32 accumulators) and the packing of two floats into a 32-bit register.
+// The two types differ in nothing else: same sizes, same layouts, the tensor cores' same rate.
+template <typename T>
+struct Types;
+template <>
+struct Types<__half> {
+  using RS =
+      cute::SM90::GMMA::MMA_64x112x16_F32F16F16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+  using SS =
+      cute::SM90::GMMA::MMA_64x112x16_F32F16F16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+  using T2 = __half2;
+  static __device__ __forceinline__ T2 pack(float a, float b) { return __floats2half2_rn(a, b); }
+  static __device__ __forceinline__ float2 unpack(T2 v) { return __half22float2(v); }
+};
+template <>
+struct Types<__nv_bfloat16> {
+  using RS =
+      cute::SM90::GMMA::MMA_64x112x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+  using SS =
+      cute::SM90::GMMA::MMA_64x112x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+  using T2 = __nv_bfloat162;
+  static __device__ __forceinline__ T2 pack(float a, float b) { return __floats2bfloat162_rn(a, b); }
+  static __device__ __forceinline__ float2 unpack(T2 v) { return __bfloat1622float2(v); }
+};
 
-template <size_t... I>
+template <typename T, size_t... I>
 __device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t desc, float* d,
                                          std::index_sequence<I...>) {
-  MmaRS::fma(a[0], a[1], a[2], a[3], desc, d[I]...);
+  Types<T>::RS::fma(a[0], a[1], a[2], a[3], desc, d[I]...);
 }
 
-template <size_t... I>
+template <typename T, size_t... I>
 __device__ __forceinline__ void wgmma_ss(uint64_t a_desc, uint64_t b_desc, float* d,
                                          std::index_sequence<I...>) {
-  MmaSS::fma(a_desc, b_desc, d[I]...);
+  Types<T>::SS::fma(a_desc, b_desc, d[I]...);
 }
 
 // A unit's 36 MMAs with both operands in shared memory (the ws variant): the weights at `a_desc`,
 // the unit's patch in `patch`; zeroes `acc` first and commits them as one batch.
+template <typename T>
 __device__ __forceinline__ void issue_ss(uint64_t a_desc, const unsigned char* patch, float (&acc)[kAcc]) {
   const uint64_t b_desc = make_desc(patch, kPlane, kPatch * 16);
 #pragma unroll
@@ -182,8 +210,8 @@ __device__ __forceinline__ void issue_ss(uint64_t a_desc, const unsigned char* p
   for (int ks = 0; ks < kKSteps; ++ks) {
     const int tap = ks / 4, s = ks % 4, dy = tap / 3, dx = tap % 3;
     const uint64_t off = static_cast<uint64_t>(2 * s * (kPlane / 16) + dy * kPatch + dx);
-    wgmma_ss(a_desc + static_cast<uint64_t>(ks * (kStepBytes / 16)), b_desc + off, acc,
-             std::make_index_sequence<kAcc>{});
+    wgmma_ss<T>(a_desc + static_cast<uint64_t>(ks * (kStepBytes / 16)), b_desc + off, acc,
+                std::make_index_sequence<kAcc>{});
   }
   cute::warpgroup_commit_batch();
 }
@@ -193,11 +221,11 @@ __device__ __forceinline__ void issue_ss(uint64_t a_desc, const unsigned char* p
 struct RowBias {
   float lo, hi;
 };
-__device__ __forceinline__ RowBias row_bias(const Params& p, int wtid) {
+template <typename T>
+__device__ __forceinline__ RowBias row_bias(const Params<T>& p, int wtid) {
   const int c0 = 16 * (wtid >> 5) + ((wtid & 31) >> 2);
   if (p.bias == nullptr) return {0.0f, 0.0f};
-  return {kernels::load_bias<__half>(p.bias, p.bias_f32, c0),
-          kernels::load_bias<__half>(p.bias, p.bias_f32, c0 + 8)};
+  return {kernels::load_bias<T>(p.bias, p.bias_f32, c0), kernels::load_bias<T>(p.bias, p.bias_f32, c0 + 8)};
 }
 
 // Of the units first, first + stride, ... those below `units`: how many.
@@ -206,10 +234,11 @@ __device__ __forceinline__ int units_from(int first, int stride, int units) {
 }
 
 // The epilogue, once `acc` holds unit `unit`'s result and `stage` (kStageBytes of shared memory) is
-// free for the whole warpgroup (the caller's barrier): bias, rounding to float16, transposition
+// free for the whole warpgroup (the caller's barrier): bias, rounding to T, transposition
 // through `stage`, residual, activation and the stores of the unit's kRows x 8 output pixels.
 // Leaves `stage` being read; the caller synchronizes the warpgroup before writing it again.
-__device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[kAcc], unsigned char* stage,
+template <typename T>
+__device__ __forceinline__ void store_tile(const Params<T>& p, const float (&acc)[kAcc], unsigned char* stage,
                                            int unit, RowBias bias, int wg, int wtid) {
   const int lane = wtid & 31, c16 = 16 * (wtid / 32);  // this warp's 16 accumulator rows (channels)
   // Accumulator (channel c16 + lane / 4 + 8 h, pixel 8 j + 2 (lane % 4) + e) = acc[4 j + 2 h + e].
@@ -223,7 +252,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[k
     for (int q = 0; q < 4; ++q) {
       const int jj = j + q / 2, h = q % 2;
       const float bb = h ? bias.hi : bias.lo;
-      const __half2 v = __floats2half2_rn(acc[4 * jj + 2 * h] + bb, acc[4 * jj + 2 * h + 1] + bb);
+      const typename Types<T>::T2 v = Types<T>::pack(acc[4 * jj + 2 * h] + bb, acc[4 * jj + 2 * h + 1] + bb);
       r[q] = *reinterpret_cast<const uint32_t*>(&v);
     }
     const int q = lane >> 3, i = lane & 7;  // this lane addresses row i of matrix q
@@ -252,14 +281,15 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[k
     if (!ok[it]) continue;
     const int item = wtid + 128 * it, pix = item / kChunks, chunk = item % kChunks;
     const uint4 conv = *reinterpret_cast<const uint4*>(stage + pix * 128 + (chunk ^ (pix % 8)) * 16);
-    const __half2* cv = reinterpret_cast<const __half2*>(&conv);
-    const __half2* rv = reinterpret_cast<const __half2*>(&res[it]);
+    using T2 = typename Types<T>::T2;
+    const T2* cv = reinterpret_cast<const T2*>(&conv);
+    const T2* rv = reinterpret_cast<const T2*>(&res[it]);
     uint4 out;
-    __half2* ov = reinterpret_cast<__half2*>(&out);
+    T2* ov = reinterpret_cast<T2*>(&out);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float2 c = __half22float2(cv[e]), r = __half22float2(rv[e]);
-      ov[e] = __floats2half2_rn(kernels::apply_act(c.x + r.x, p.act), kernels::apply_act(c.y + r.y, p.act));
+      const float2 c = Types<T>::unpack(cv[e]), r = Types<T>::unpack(rv[e]);
+      ov[e] = Types<T>::pack(kernels::apply_act(c.x + r.x, p.act), kernels::apply_act(c.y + r.y, p.act));
     }
     *reinterpret_cast<uint4*>(p.y + at[it]) = out;
   }
@@ -271,7 +301,8 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&acc)[k
 constexpr int kRsBuffers = 2;
 constexpr size_t kRsSmemBytes = 2 * kRsBuffers * static_cast<size_t>(kBytes);
 
-__global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params p) {
+template <typename T>
+__global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params<T> p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kWarpgroups = 2;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -283,7 +314,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params p) {
   // of each step of 16 (KRSC: K = tap * 64 + channel, contiguous per output channel).
   uint32_t wa[kKSteps][4];
   {
-    const __half* w0 = p.weight + (16 * wwarp + g) * 9 * kC + 2 * t4;
+    const T* w0 = p.weight + (16 * wwarp + g) * 9 * kC + 2 * t4;
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       wa[ks][0] = *reinterpret_cast<const uint32_t*>(w0 + 16 * ks);
@@ -326,7 +357,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_conv3x3_rs_kernel(Params p) {
     for (int ks = 0; ks < kKSteps; ++ks) {
       const int tap = ks / 4, s = ks % 4, dy = tap / 3, dx = tap % 3;
       const uint64_t off = static_cast<uint64_t>(2 * s * (kPlane / 16) + dy * kPatch + dx);
-      wgmma_rs(wa[ks], b_desc + off, acc, std::make_index_sequence<kAcc>{});
+      wgmma_rs<T>(wa[ks], b_desc + off, acc, std::make_index_sequence<kAcc>{});
     }
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<0>();
@@ -357,7 +388,8 @@ constexpr size_t kWsSmemBytes = kWeightBytes + kWsStages * static_cast<size_t>(k
                                 2 * kWsStages * sizeof(uint64_t);
 static_assert(kWsSmemBytes <= 227 * 1024, "one block per SM fits");
 
-__global__ void __launch_bounds__(128 * (1 + kWsConsumers), 1) wgmma_conv3x3_ws_kernel(Params p) {
+template <typename T>
+__global__ void __launch_bounds__(128 * (1 + kWsConsumers), 1) wgmma_conv3x3_ws_kernel(Params<T> p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Barrier = cutlass::arch::ClusterBarrier;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -405,7 +437,7 @@ __global__ void __launch_bounds__(128 * (1 + kWsConsumers), 1) wgmma_conv3x3_ws_
     const int s = j % kWsStages;
     Barrier::wait(&full[s], (j / kWsStages) & 1);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async's writes, for wgmma's reads
-    issue_ss(a_desc, ring + s * kBytes, acc);
+    issue_ss<T>(a_desc, ring + s * kBytes, acc);
     cute::warpgroup_wait<0>();
 #pragma unroll
     for (int r = 0; r < kAcc; ++r) cute::warpgroup_fence_operand(acc[r]);
@@ -442,8 +474,10 @@ Result<int> device_sms() {
     if (e == cudaSuccess)
       e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   };
-  allow(wgmma_conv3x3_rs_kernel, kRsSmemBytes);
-  allow(wgmma_conv3x3_ws_kernel, kWsSmemBytes);
+  allow(wgmma_conv3x3_rs_kernel<__half>, kRsSmemBytes);
+  allow(wgmma_conv3x3_ws_kernel<__half>, kWsSmemBytes);
+  allow(wgmma_conv3x3_rs_kernel<__nv_bfloat16>, kRsSmemBytes);
+  allow(wgmma_conv3x3_ws_kernel<__nv_bfloat16>, kWsSmemBytes);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky; clear it so that later checks do not report it
     if (known) known->store(-1, std::memory_order_relaxed);
@@ -453,12 +487,39 @@ Result<int> device_sms() {
   return sms;
 }
 
+// The kernel launch of one storage type, once launch_wgmma_conv has checked the arguments.
+template <typename T>
+void launch(std::string_view tactic, const DirectConvDesc& d, const void* x, const void* weight,
+            const void* bias, const void* residual, void* y, int sms, cudaStream_t stream) {
+  Params<T> p{};
+  p.x = static_cast<const T*>(x);
+  p.weight = static_cast<const T*>(weight);
+  p.bias = bias;
+  p.bias_f32 = d.bias_float32;
+  p.residual = d.attrs.has_residual ? static_cast<const T*>(residual) : nullptr;
+  p.y = static_cast<T*>(y);
+  p.h = static_cast<int>(d.h);
+  p.w = static_cast<int>(d.w);
+  p.units_x = static_cast<int>((d.w + kBlock - 1) / kBlock);
+  p.units_per_image = static_cast<int>((d.h + kRows - 1) / kRows) * p.units_x;
+  p.units = static_cast<int>(d.n * p.units_per_image);  // validate bounds it
+  const auto& a = d.attrs;
+  p.act = a.activation == Activation::kRelu   ? kernels::ActParams{Activation::kRelu, 0.0f, INFINITY}
+          : a.activation == Activation::kClip ? kernels::ActParams{Activation::kClip, a.clip_min, a.clip_max}
+                                              : kernels::ActParams{Activation::kNone, -INFINITY, INFINITY};
+  // One block per SM: two warpgroups (rs), or a producer and two consumers (ws).
+  if (tactic == kTactics[0])
+    wgmma_conv3x3_rs_kernel<T><<<std::min(sms, (p.units + 1) / 2), 256, kRsSmemBytes, stream>>>(p);
+  else
+    wgmma_conv3x3_ws_kernel<T><<<std::min(sms, p.units), 128 * (1 + kWsConsumers), kWsSmemBytes, stream>>>(p);
+}
+
 }  // namespace
 
 Status validate_wgmma_conv(const DirectConvDesc& d) {
   const auto& a = d.attrs;
-  if (d.dtype != DataType::kFloat16 || input_dtype(d) != d.dtype)
-    return Status::unsupported("wgmma_conv: float16 storage (x too) only, not " +
+  if ((d.dtype != DataType::kFloat16 && d.dtype != DataType::kBFloat16) || input_dtype(d) != d.dtype)
+    return Status::unsupported("wgmma_conv: float16 or bfloat16 storage (x too) only, not " +
                                std::string(dtype_name(d.dtype)) + ".");
   if (d.c != kC || d.k != kC || a.groups != 1)
     return Status::unsupported("wgmma_conv: 64 input and 64 output channels, groups 1, only " + describe(d) +
@@ -501,27 +562,10 @@ Status launch_wgmma_conv(std::string_view tactic, const DirectConvDesc& d, const
         "wgmma_conv: input, weight, residual and output must be 16-byte aligned, the bias aligned to its "
         "element size.");
   GPULAB_ASSIGN_OR_RETURN(const int sms, device_sms());
-  Params p{};
-  p.x = static_cast<const __half*>(x);
-  p.weight = static_cast<const __half*>(weight);
-  p.bias = bias;
-  p.bias_f32 = d.bias_float32;
-  p.residual = has_residual ? static_cast<const __half*>(residual) : nullptr;
-  p.y = static_cast<__half*>(y);
-  p.h = static_cast<int>(d.h);
-  p.w = static_cast<int>(d.w);
-  p.units_x = static_cast<int>((d.w + kBlock - 1) / kBlock);
-  p.units_per_image = static_cast<int>((d.h + kRows - 1) / kRows) * p.units_x;
-  p.units = static_cast<int>(d.n * p.units_per_image);  // validate bounds it
-  const auto& a = d.attrs;
-  p.act = a.activation == Activation::kRelu   ? kernels::ActParams{Activation::kRelu, 0.0f, INFINITY}
-          : a.activation == Activation::kClip ? kernels::ActParams{Activation::kClip, a.clip_min, a.clip_max}
-                                              : kernels::ActParams{Activation::kNone, -INFINITY, INFINITY};
-  // One block per SM: two warpgroups (rs), or a producer and two consumers (ws).
-  if (tactic == kTactics[0])
-    wgmma_conv3x3_rs_kernel<<<std::min(sms, (p.units + 1) / 2), 256, kRsSmemBytes, stream>>>(p);
+  if (d.dtype == DataType::kBFloat16)
+    launch<__nv_bfloat16>(tactic, d, x, weight, bias, residual, y, sms, stream);
   else
-    wgmma_conv3x3_ws_kernel<<<std::min(sms, p.units), 128 * (1 + kWsConsumers), kWsSmemBytes, stream>>>(p);
+    launch<__half>(tactic, d, x, weight, bias, residual, y, sms, stream);
   return kernels::check_launch("launch_wgmma_conv", "wgmma_conv3x3_kernel");
 }
 

@@ -31,6 +31,9 @@ void expect_rejected(const DirectConvDesc& d, StatusCode code, const std::string
 
 TEST(WgmmaConvDesc, AcceptsLayer1Shapes) {
   EXPECT_TRUE(validate_wgmma_conv(layer1()).is_ok()) << validate_wgmma_conv(layer1()).to_string();
+  DirectConvDesc bf16 = layer1();
+  bf16.dtype = DataType::kBFloat16;
+  EXPECT_TRUE(validate_wgmma_conv(bf16).is_ok()) << validate_wgmma_conv(bf16).to_string();
   DirectConvDesc d = layer1();  // conv1 of a block: no residual; odd sizes and a float32 bias
   d.attrs.has_residual = false;
   d.h = d.out_h = 13;
@@ -42,8 +45,8 @@ TEST(WgmmaConvDesc, AcceptsLayer1Shapes) {
 
 TEST(WgmmaConvDesc, RejectsWhatTheKernelDoesNotCover) {
   DirectConvDesc d = layer1();
-  d.dtype = DataType::kBFloat16;
-  expect_rejected(d, StatusCode::kUnsupported, "float16");
+  d.dtype = DataType::kFloat32;
+  expect_rejected(d, StatusCode::kUnsupported, "float16 or bfloat16");
   d = layer1();
   d.c = 128;
   expect_rejected(d, StatusCode::kUnsupported, "64 input and 64 output");
@@ -81,10 +84,10 @@ TEST(WgmmaConvDesc, RejectsWhatTheKernelDoesNotCover) {
 
 TEST(WgmmaConvDesc, LaunchRefusesBadArgumentsBeforeTouchingTheDevice) {
   alignas(16) int dummy[4] = {};
-  DirectConvDesc bf16 = layer1();
-  bf16.dtype = DataType::kBFloat16;
+  DirectConvDesc f32 = layer1();
+  f32.dtype = DataType::kFloat32;
   EXPECT_EQ(
-      launch_wgmma_conv(wgmma_conv_tactics()[0], bf16, dummy, dummy, nullptr, dummy, dummy, nullptr).code(),
+      launch_wgmma_conv(wgmma_conv_tactics()[0], f32, dummy, dummy, nullptr, dummy, dummy, nullptr).code(),
       StatusCode::kUnsupported);
   const Status no_residual =
       launch_wgmma_conv(wgmma_conv_tactics()[0], layer1(), dummy, dummy, nullptr, nullptr, dummy, nullptr);

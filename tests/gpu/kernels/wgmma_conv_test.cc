@@ -3,7 +3,8 @@
 //     the image's edges, no bias, float32 bias, no residual, every activation);
 //   - ResNet-18's layer1 shape at a batch large enough that every warpgroup loops over several
 //     units (every patch buffer in use), element by element against the direct convolution
-//     (both accumulate in float32, so they differ by at most a rounding of the float16 output).
+//     (both accumulate in float32, so they differ by at most a rounding of the output).
+// Both storage types, float16 and bfloat16.
 // On a GPU other than sm_90 the launch must return kUnsupported.
 #include "backends/cuda/wgmma_conv.h"
 
@@ -28,9 +29,10 @@ using testing::run_reference;
 using testing::to_nchw_tensor;
 using testing::to_nhwc;
 
-constexpr DataType kF16 = DataType::kFloat16;
+constexpr DataType kF16 = DataType::kFloat16, kBF16 = DataType::kBFloat16;
 
 struct Case {
+  DataType dtype = kF16;
   int64_t n = 1, h = 8, w = 8;
   Activation activation = Activation::kRelu;
   bool bias = true, bias_f32 = false, residual = true;
@@ -48,7 +50,7 @@ DirectConvDesc desc_of(const Case& t) {
   d.attrs.clip_min = 0.0f;
   d.attrs.clip_max = 1.5f;
   d.attrs.has_residual = t.residual;
-  d.dtype = kF16;
+  d.dtype = t.dtype;
   d.bias_float32 = t.bias_f32;
   return d;
 }
@@ -61,26 +63,26 @@ Inputs make_inputs(const Case& t) {
   const int64_t pixels = t.n * t.h * t.w;
   const uint32_t seed = static_cast<uint32_t>(t.n * 1009 + t.h * 31 + t.w);
   Inputs in;
-  in.x = round_to(random_values(pixels * 64, seed), kF16);
-  in.w_kcrs = round_to(random_values(64 * 64 * 9, seed + 1, 0.25f), kF16);
+  in.x = round_to(random_values(pixels * 64, seed), t.dtype);
+  in.w_kcrs = round_to(random_values(64 * 64 * 9, seed + 1, 0.25f), t.dtype);
   in.w_krsc.resize(in.w_kcrs.size());
   for (int64_t k = 0; k < 64; ++k)
     for (int64_t c = 0; c < 64; ++c)
       for (int64_t rs = 0; rs < 9; ++rs) in.w_krsc[(k * 9 + rs) * 64 + c] = in.w_kcrs[(k * 64 + c) * 9 + rs];
-  in.b = round_to(random_values(64, seed + 2), kF16);
-  in.res = round_to(random_values(pixels * 64, seed + 3), kF16);
+  in.b = round_to(random_values(64, seed + 2), t.dtype);
+  in.res = round_to(random_values(pixels * 64, seed + 3), t.dtype);
   return in;
 }
 
 std::vector<std::byte> bias_bytes(const Case& t, const std::vector<float>& b) {
-  return encode(b, t.bias_f32 ? DataType::kFloat32 : kF16);
+  return encode(b, t.bias_f32 ? DataType::kFloat32 : t.dtype);
 }
 
 // Runs the kernel variant `tactic`; false (after checking kUnsupported) on a GPU other than sm_90.
 bool run_wgmma(std::string_view tactic, const Case& t, const Inputs& in, DeviceBuffer& dy) {
   const DirectConvDesc d = desc_of(t);
-  DeviceBuffer dx(encode(in.x, kF16)), dw(encode(in.w_krsc, kF16)), db(bias_bytes(t, in.b)),
-      dr(encode(in.res, kF16));
+  DeviceBuffer dx(encode(in.x, t.dtype)), dw(encode(in.w_krsc, t.dtype)), db(bias_bytes(t, in.b)),
+      dr(encode(in.res, t.dtype));
   const Status s = launch_wgmma_conv(tactic, d, dx.get(), dw.get(), t.bias ? db.get() : nullptr,
                                      t.residual ? dr.get() : nullptr, dy.get(), nullptr);
   if (!is_sm90()) {
@@ -95,8 +97,8 @@ bool run_wgmma(std::string_view tactic, const Case& t, const Inputs& in, DeviceB
 }
 
 void check_against_reference(const Case& t) {
-  SCOPED_TRACE(::testing::Message() << "n" << t.n << " " << t.h << "x" << t.w << " act "
-                                    << activation_name(t.activation) << (t.bias ? " bias" : "")
+  SCOPED_TRACE(::testing::Message() << dtype_name(t.dtype) << " n" << t.n << " " << t.h << "x" << t.w
+                                    << " act " << activation_name(t.activation) << (t.bias ? " bias" : "")
                                     << (t.bias_f32 ? " (float32)" : "") << (t.residual ? " residual" : ""));
   const DirectConvDesc d = desc_of(t);
   ASSERT_TRUE(validate_wgmma_conv(d).is_ok()) << validate_wgmma_conv(d).to_string();
@@ -118,52 +120,58 @@ void check_against_reference(const Case& t) {
     SCOPED_TRACE(tactic);
     DeviceBuffer dy(xs.count() * 2);
     if (!run_wgmma(tactic, t, in, dy)) return;
-    expect_close(decode(dy.download(), kF16), to_nhwc(ref), kF16);
+    expect_close(decode(dy.download(), t.dtype), to_nhwc(ref), t.dtype);
     EXPECT_TRUE(dy.tail_untouched()) << "wrote past the end of y";
   }
 }
 
 TEST(WgmmaConvGpu, AgreesWithTheReference) {
   GPULAB_SKIP_WITHOUT_GPU();
-  check_against_reference({.n = 2, .h = 16, .w = 24});  // unit rows of 14 and 2, layer1's epilogue
-  check_against_reference({.n = 1, .h = 5, .w = 20, .residual = false});  // 5 of 14 rows; 8, 8, 4 columns
-  check_against_reference({.n = 3, .h = 13, .w = 11, .activation = Activation::kNone, .bias = false});
-  check_against_reference({.n = 1, .h = 9, .w = 9, .activation = Activation::kClip, .bias_f32 = true});
-  check_against_reference({.n = 1, .h = 1, .w = 1});  // a single pixel: all padding
+  for (const DataType dt : {kF16, kBF16}) {
+    check_against_reference({.dtype = dt, .n = 2, .h = 16, .w = 24});  // unit rows of 14 and 2
+    check_against_reference({.dtype = dt, .n = 1, .h = 5, .w = 20, .residual = false});  // 8, 8, 4 columns
+    check_against_reference(
+        {.dtype = dt, .n = 3, .h = 13, .w = 11, .activation = Activation::kNone, .bias = false});
+    check_against_reference(
+        {.dtype = dt, .n = 1, .h = 9, .w = 9, .activation = Activation::kClip, .bias_f32 = true});
+    check_against_reference({.dtype = dt, .n = 1, .h = 1, .w = 1});  // a single pixel: all padding
+  }
 }
 
 // Layer1 of ResNet-18 at batch 64: 1792 units of 14x8 output pixels, so that every warpgroup of
 // an H200 runs several: rs14's 264 warpgroups 6 or 7 each; ws14's 132 thread blocks 13 or 14
 // each, so that its ring of six patch buffers wraps twice and each consumer reuses its staging
 // tile. Element by element against the direct convolution, which accumulates in float32 too: the
-// two differ by the float16 rounding of the output, plus that of the convolution plus bias before
-// the residual is added, hence the bound 2^-11 |conv + bias| + 2e-3 |y| + 1e-3.
-TEST(WgmmaConvGpu, ResNetLayer1AgreesWithTheDirectConvolution) {
-  GPULAB_SKIP_WITHOUT_GPU();
-  const Case t{.n = 64, .h = 56, .w = 56};
+// two differ by the rounding of the output, plus that of the convolution plus bias before the
+// residual is added, hence the bound u |conv + bias| + 4u |y| + 1e-3, u the unit roundoff (2^-11
+// for float16, 2^-8 for bfloat16).
+void check_layer1(DataType dtype) {
+  SCOPED_TRACE(dtype_name(dtype));
+  const Case t{.dtype = dtype, .n = 64, .h = 56, .w = 56};
+  const float u = dtype == kBF16 ? 0x1p-8f : 0x1p-11f;
   const DirectConvDesc d = desc_of(t);
   DirectConvDesc conv_bias = d;  // no residual, no activation
   conv_bias.attrs.has_residual = false;
   conv_bias.attrs.activation = Activation::kNone;
   const Inputs in = make_inputs(t);
   const size_t bytes = static_cast<size_t>(t.n * t.h * t.w * 64 * 2);
-  DeviceBuffer dx(encode(in.x, kF16)), dw(encode(in.w_krsc, kF16)), db(encode(in.b, kF16)),
-      dr(encode(in.res, kF16)), dref(bytes), dcb(bytes);
+  DeviceBuffer dx(encode(in.x, dtype)), dw(encode(in.w_krsc, dtype)), db(encode(in.b, dtype)),
+      dr(encode(in.res, dtype)), dref(bytes), dcb(bytes);
   Status s = launch_direct_conv(d, dx.get(), dw.get(), db.get(), dr.get(), dref.get(), nullptr);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   s = launch_direct_conv(conv_bias, dx.get(), dw.get(), db.get(), nullptr, dcb.get(), nullptr);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   expect_synced();
-  const std::vector<float> want = decode(dref.download(), kF16), cb = decode(dcb.download(), kF16);
+  const std::vector<float> want = decode(dref.download(), dtype), cb = decode(dcb.download(), dtype);
   for (std::string_view tactic : wgmma_conv_tactics()) {
     SCOPED_TRACE(tactic);
     DeviceBuffer dy(bytes);
     if (!run_wgmma(tactic, t, in, dy)) return;
-    const std::vector<float> got = decode(dy.download(), kF16);
+    const std::vector<float> got = decode(dy.download(), dtype);
     ASSERT_EQ(got.size(), want.size());
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < got.size(); ++i) {
-      const float bound = 0x1p-11f * std::fabs(cb[i]) + 2e-3f * std::fabs(want[i]) + 1e-3f;
+      const float bound = u * std::fabs(cb[i]) + 4 * u * std::fabs(want[i]) + 1e-3f;
       if (!(std::fabs(got[i] - want[i]) <= bound) && bad++ == 0) first = i;
     }
     EXPECT_EQ(bad, 0u) << "first at element " << first << " (pixel " << first / 64 << ", channel "
@@ -171,6 +179,12 @@ TEST(WgmmaConvGpu, ResNetLayer1AgreesWithTheDirectConvolution) {
                        << " (convolution plus bias " << cb[first] << ")";
     EXPECT_TRUE(dy.tail_untouched()) << "wrote past the end of y";
   }
+}
+
+TEST(WgmmaConvGpu, ResNetLayer1AgreesWithTheDirectConvolution) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  check_layer1(kF16);
+  check_layer1(kBF16);
 }
 
 }  // namespace
