@@ -175,8 +175,9 @@ Status enqueue_cast(const StepLaunch& l) {
     kernels::NchwToNhwcDesc d{l.batch, 1, per_image, 1, 1, y.dtype};
     return kernels::launch_nchw_to_nhwc(d, l.value(step.inputs[0]), l.value(step.output), l.stream);
   }
-  return Status::internal(
-      fmt::format("{}: cast {} -> {}", step.name, dtype_name(x.dtype), dtype_name(y.dtype)));
+  // Between 16-bit float types (an FP16 layer's value in a BF16 plan): elementwise.
+  return kernels::launch_float_cast({.count = l.batch * per_image, .from = x.dtype, .to = y.dtype},
+                                    l.value(step.inputs[0]), l.value(step.output), l.stream);
 }
 
 Status enqueue_output(const StepLaunch& l, float* logits) {

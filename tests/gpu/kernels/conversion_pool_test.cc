@@ -216,6 +216,25 @@ TEST(ConvertKernels, NhwcToNchwFloat) {
   }
 }
 
+// launch_float_cast: every pair of float types, element by element equal to rounding the source
+// value to the target type on the host; 16-bit pairs of a multiple of 8 elements take the vector
+// path, the ragged count the scalar one.
+TEST(ConvertKernels, FloatCastBetweenEveryPairOfTypes) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  for (DataType from : float_types())
+    for (DataType to : float_types())
+      for (const int64_t count : {4096, 1001}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(from) << " -> " << dtype_name(to) << ", " << count);
+        const std::vector<float> x = round_to(random_values(static_cast<size_t>(count), 5, 60000.0f), from);
+        DeviceBuffer dx(encode(x, from)), dy(static_cast<size_t>(count) * dtype_size(to));
+        ASSERT_TRUE(
+            launch_float_cast({.count = count, .from = from, .to = to}, dx.get(), dy.get(), nullptr).is_ok());
+        expect_synced();
+        expect_exact(decode(dy.download(), to), round_to(x, to));
+        EXPECT_TRUE(dy.tail_untouched());
+      }
+}
+
 // ---- pooling ---------------------------------------------------------------------------------
 
 // NHWC pooling with PyTorch's semantics, double accumulation.

@@ -440,4 +440,45 @@ Status launch_nhwc_to_nchw_f32(const NhwcToNchwF32Desc& desc, const void* x, voi
   });
 }
 
+namespace {
+// Eight elements per thread and 16-byte loads where both tensors allow them (kVec8), else one.
+template <typename From, typename To, bool kVec8>
+__global__ void float_cast_kernel(const From* __restrict__ x, To* __restrict__ y, int64_t count) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if constexpr (kVec8) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count / 8; i += step) {
+      From in[8];
+      To out[8];
+      *reinterpret_cast<uint4*>(in) = reinterpret_cast<const uint4*>(x)[i];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out[j] = from_float<To>(to_float(in[j]));
+      reinterpret_cast<uint4*>(y)[i] = *reinterpret_cast<const uint4*>(out);
+    }
+  } else {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += step)
+      y[i] = from_float<To>(to_float(x[i]));
+  }
+}
+}  // namespace
+
+Status launch_float_cast(const FloatCastDesc& desc, const void* x, void* y, cudaStream_t stream) {
+  GPULAB_TRY(validate(desc));
+  return dispatch_float_type(desc.from, [&](auto from) -> Status {
+    return dispatch_float_type(desc.to, [&](auto to) -> Status {
+      using From = decltype(from);
+      using To = decltype(to);
+      const auto* xs = static_cast<const From*>(x);
+      auto* ys = static_cast<To*>(y);
+      // 16-bit to 16-bit with whole 16-byte vectors; float32 on either side goes one by one.
+      if (sizeof(From) == 2 && sizeof(To) == 2 && desc.count % 8 == 0 && is_aligned(x, 16) &&
+          is_aligned(y, 16))
+        float_cast_kernel<From, To, true>
+            <<<grid_for(desc.count / 8), kThreads, 0, stream>>>(xs, ys, desc.count);
+      else
+        float_cast_kernel<From, To, false><<<grid_for(desc.count), kThreads, 0, stream>>>(xs, ys, desc.count);
+      return check_launch("launch_float_cast", "float_cast_kernel");
+    });
+  });
+}
+
 }  // namespace gpulab::kernels

@@ -97,6 +97,13 @@ Status validate(const NormalizeU8Desc& d) {
   return check_float_type(kWhere, d.dtype);
 }
 
+Status validate(const FloatCastDesc& d) {
+  constexpr std::string_view kWhere = "FloatCastDesc";
+  GPULAB_TRY(check_positive(kWhere, "count", d.count));
+  GPULAB_TRY(check_float_type(kWhere, d.from));
+  return check_float_type(kWhere, d.to);
+}
+
 Status validate(const NhwcToNchwF32Desc& d) {
   constexpr std::string_view kWhere = "NhwcToNchwF32Desc";
   GPULAB_TRY(check_positive(kWhere, "n", d.n));

@@ -72,6 +72,14 @@ struct NhwcToNchwF32Desc {
 };
 Status validate(const NhwcToNchwF32Desc& desc);
 
+// `count` elements of one float type to another (layout unchanged), rounding to nearest even:
+// the casts between FP16 and BF16 values of a BF16 plan with an FP16 layer.
+struct FloatCastDesc {
+  int64_t count = 0;
+  DataType from = DataType::kFloat16, to = DataType::kBFloat16;
+};
+Status validate(const FloatCastDesc& desc);
+
 // ---- pooling -------------------------------------------------------------------------------
 
 // Output length of one spatial axis of a pooling window (ONNX MaxPool/AveragePool, PyTorch):

@@ -33,6 +33,9 @@ Status launch_normalize_u8(const NormalizeU8Desc& desc, const void* x, void* y, 
 // x: NHWC [n, h, w, c_stored] of desc.dtype; y: float32 NCHW [n, c, h, w].
 Status launch_nhwc_to_nchw_f32(const NhwcToNchwF32Desc& desc, const void* x, void* y, cudaStream_t stream);
 
+// x: count elements of desc.from; y: the same of desc.to.
+Status launch_float_cast(const FloatCastDesc& desc, const void* x, void* y, cudaStream_t stream);
+
 // x: NHWC [n, h, w, c]; y: NHWC [n, out_h, out_w, c], both of desc.dtype.
 Status launch_pool(const PoolDesc& desc, const void* x, void* y, cudaStream_t stream);
 
