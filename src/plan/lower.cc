@@ -84,6 +84,14 @@ int64_t padded_channels(int64_t channels, DataType dtype) {
   return (channels + multiple - 1) / multiple * multiple;
 }
 
+// A float32 initializer whose values FP16 holds without overflow (finite, |v| <= 65504).
+bool fits_fp16(const Tensor* t) {
+  if (t == nullptr || t->dtype() != DataType::kFloat32) return false;
+  const std::span<const float> v = t->f32();
+  return std::all_of(v.begin(), v.end(),
+                     [](float x) { return std::isfinite(x) && std::fabs(x) <= 65504.0f; });
+}
+
 }  // namespace
 
 int64_t padded_input_channels(int64_t channels, Precision precision) {
@@ -112,9 +120,23 @@ std::map<std::string, Precision> default_layer_precision(const Graph& graph, Pre
     // arithmetic would run these 46% of MobileNetV2's FLOPs on the CUDA cores. Networks without
     // depthwise convolutions (ResNets) are left alone: they meet the BF16 bound as they are.
     // The stem: its rounding error reaches every later layer (the largest single gain left).
+    // TF32; or FP16 where a max pool alone reads it (ResNet's stem, which the fused stem kernel
+    // runs: convolution, ReLU and pool in one kernel, where a TF32 stem ran cuDNN's convolution,
+    // wrote a float32 output four times the pool's and pooled it in a second step) and its
+    // weights and bias are float32 values within FP16's range. FP16 keeps TF32's 11 significant
+    // bits, and the stem reads the normalized image, far inside FP16's range.
     const bool stem =
         std::find(graph.inputs.begin(), graph.inputs.end(), node.input(0)) != graph.inputs.end();
-    if (a.groups > 1 || projection || stem) out[node.name] = Precision::kTf32;
+    const std::vector<int> readers = graph.consumers(node.outputs[0]);
+    const bool pooled =
+        readers.size() == 1 && graph.nodes[static_cast<size_t>(readers[0])].op == OpType::kMaxPool;
+    if (stem)
+      out[node.name] = pooled && fits_fp16(graph.initializer(node.input(1))) &&
+                               (!node.has_input(2) || fits_fp16(graph.initializer(node.input(2))))
+                           ? Precision::kFp16
+                           : Precision::kTf32;
+    else if (a.groups > 1 || projection)
+      out[node.name] = Precision::kTf32;
   }
   return out;
 }
@@ -363,11 +385,13 @@ struct Lowering {
     const Precision precision = layer_precision(node);
     const bool q = quantized_layer(node);
     const DataType layer_dtype = q ? qdtype : storage_dtype(precision);
-    if (!q && layer_dtype != dtype && layer_dtype != DataType::kFloat32)
-      return unsupported(node,
-                         fmt::format("--layer-precision {} in a {} plan; only {} overrides are supported",
-                                     precision_name(precision), precision_name(options.precision),
-                                     quantized ? "fp32/tf32/fp16" : "fp32/tf32"));
+    // FP16 layers in BF16 plans: the policy's stem (default_layer_precision).
+    const bool fp16_in_bf16 = layer_dtype == DataType::kFloat16 && dtype == DataType::kBFloat16;
+    if (!q && layer_dtype != dtype && layer_dtype != DataType::kFloat32 && !fp16_in_bf16)
+      return unsupported(
+          node, fmt::format("--layer-precision {} in a {} plan; only {} overrides are supported",
+                            precision_name(precision), precision_name(options.precision),
+                            quantized || dtype == DataType::kBFloat16 ? "fp32/tf32/fp16" : "fp32/tf32"));
     PlanStep st = step(StepKind::kConv, node);
     st.precision = precision;
     st.conv = attrs;
@@ -548,9 +572,13 @@ struct Lowering {
       case OpType::kMaxPool:
       case OpType::kAveragePool: {
         GPULAB_ASSIGN_OR_RETURN(int x, input_value(node, 0));
-        // A max pool of quantized numbers is exact: it runs in 8 bits, at its input's scale.
+        // A max pool of quantized numbers is exact: it runs in 8 bits, at its input's scale. A max
+        // pool of floats runs in its input's type too: rounding is monotonic, so the max of the
+        // rounded values is the rounded max, and pooling first casts a quarter of the pixels (an
+        // FP16 or TF32 stem's output in a BF16 plan; the FP16 one can then fuse with the pool).
         const bool q = node.op == OpType::kMaxPool && is_quantized_dtype(plan.values[x].dtype);
-        if (!q) x = value_as(node, x, dtype);
+        const bool keep = node.op == OpType::kMaxPool;
+        if (!keep) x = value_as(node, x, dtype);
         PlanStep st = step(node.op == OpType::kMaxPool ? StepKind::kMaxPool : StepKind::kAveragePool, node);
         st.pool = node.attr<PoolAttrs>();
         st.inputs = {x};
@@ -558,7 +586,8 @@ struct Lowering {
           st.precision = options.precision;
           scales[node.outputs[0]] = plan.values[x].scale;
         }
-        GPULAB_ASSIGN_OR_RETURN(st.output, add_value(node, node.outputs[0], q ? qdtype : dtype));
+        GPULAB_ASSIGN_OR_RETURN(st.output,
+                                add_value(node, node.outputs[0], keep ? plan.values[x].dtype : dtype));
         plan.values[st.output].c = plan.values[x].c;  // pooling keeps channel padding
         plan.steps.push_back(std::move(st));
         return Status::ok();
@@ -691,13 +720,20 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
   plan.input_channels = in->shape[1];
   plan.input_h = in->shape[2];
   plan.input_w = in->shape[3];
-  // The input value is float32 when every reader computes in FP32/TF32 (the BF16 policy's stem):
-  // rounding the image to the plan's dtype and widening it again would lose what the layer keeps.
+  // The input value is stored as its readers compute when they all agree on a float type other
+  // than the plan's: float32 for FP32/TF32 layers (rounding the image to the plan's dtype and
+  // widening it again would lose what the layer keeps), float16 for the BF16 policy's FP16 stem.
   const std::vector<int> readers = graph.consumers(graph.inputs[0]);
-  const bool float32_readers = !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](int i) {
+  std::optional<DataType> readers_dtype;
+  for (int i : readers) {
     const Node& n = graph.nodes[static_cast<size_t>(i)];
-    return n.op == OpType::kConv && storage_dtype(low.layer_precision(n)) == DataType::kFloat32;
-  });
+    const DataType t = storage_dtype(low.layer_precision(n));
+    if (n.op != OpType::kConv || (readers_dtype && *readers_dtype != t)) {
+      readers_dtype.reset();
+      break;
+    }
+    readers_dtype = t;
+  }
   if (low.quantized) {
     low.q_values = quantized_values(
         graph, [&low](const Node& n) { return low.quantized_layer(n); },
@@ -707,9 +743,9 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
     }
   }
   const bool quantized_input = low.q_values.contains(graph.inputs[0]);
-  const DataType input_dtype = quantized_input   ? low.qdtype
-                               : float32_readers ? DataType::kFloat32
-                                                 : low.dtype;
+  const DataType input_dtype = quantized_input                                        ? low.qdtype
+                               : readers_dtype && !is_quantized_dtype(*readers_dtype) ? *readers_dtype
+                                                                                      : low.dtype;
   PlanStep input_step;
   if (auto stem = stem_space_to_depth(graph, options)) {
     low.stem = *stem;
@@ -748,10 +784,11 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
   }
   for (const Node& node : graph.nodes) GPULAB_TRY(low.lower_node(node));
   if (!low.policy.empty()) {
-    int64_t applied = 0, extra_bytes = 0;
+    int64_t tf32 = 0, fp16 = 0, extra_bytes = 0;
     for (const auto& [name, precision] : low.policy) {
       if (options.layer_precision.contains(name)) continue;
-      ++applied;
+      ++(precision == Precision::kTf32 ? tf32 : fp16);
+      if (precision != Precision::kTf32) continue;  // FP16 weights take BF16's bytes
       for (const PlanStep& s : plan.steps)
         if (s.name == name && s.kind == StepKind::kConv) {
           if (s.weight >= 0) extra_bytes += static_cast<int64_t>(plan.weights[s.weight].bytes.size()) / 2;
@@ -759,9 +796,9 @@ Result<Plan> lower_graph(const Graph& graph, const BuildOptions& options) {
         }
     }
     log_info(
-        "plan: {} precision policy: {} stem, depthwise and linear-bottleneck convolutions run in tf32 "
-        "(+{:.2f} MiB of weights); --layer-precision NAME={} keeps one in {}",
-        precision_name(options.precision), applied, extra_bytes / 1048576.0,
+        "plan: {} precision policy: {} depthwise, linear-bottleneck or stem convolutions run in tf32 "
+        "(+{:.2f} MiB of weights), {} stem in fp16; --layer-precision NAME={} keeps one in {}",
+        precision_name(options.precision), tf32, extra_bytes / 1048576.0, fp16,
         precision_name(options.precision), precision_name(options.precision));
   }
   if (!low.value_of.contains(graph.outputs[0])) {

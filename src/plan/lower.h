@@ -76,11 +76,13 @@ int fold_input_casts(Plan& plan, const std::function<bool(const PlanStep& conv)>
 // the network amplifies: grouped/depthwise convolutions (a handful of weights per output, so
 // their rounding errors do not average out), the projections of linear bottlenecks (no
 // activation, reading a depthwise convolution, feeding the residual stream unclipped) and the
-// stem (its error reaches every later layer; the plan's input is then float32 too). With the
-// float32 biases every BF16 layer keeps (lower_graph), this leaves half of the bundled
-// MobileNetV2's FLOPs in BF16 and, emulated on the 1,000 sample photos, moves top-1 agreement
-// with FP32 from 98.2% (all BF16) to 99.8%; the rule without the stem and float32 biases reached
-// 99.4% on the H200. Networks without depthwise convolutions keep only the stem out of BF16.
+// stem (its error reaches every later layer): in TF32 (the plan's input is then float32 too), or,
+// where a max pool alone reads it and its weights and bias fit FP16's range, in FP16, which keeps
+// TF32's 11 significant bits and has the fused stem kernel (ResNets). With the float32 biases every BF16
+// layer keeps (lower_graph), this leaves half of the bundled MobileNetV2's FLOPs in BF16 and, emulated on the
+// 1,000 sample photos, moved top-1 agreement with FP32 from 98.2% (all BF16) to 99.8% (with the stem in TF32,
+// before 2026-12-06); the rule without the stem and float32 biases reached 99.4% on the H200.
+// Networks without depthwise convolutions keep only the stem out of BF16.
 // tests/unit/plan/precision_models_test.cc measures alternatives. Empty for other precisions
 // (FP16 meets its bounds without it).
 std::map<std::string, Precision> default_layer_precision(const Graph& graph, Precision precision);

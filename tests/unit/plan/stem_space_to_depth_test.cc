@@ -202,6 +202,53 @@ TEST(FuseStemPool, OneStepComputesWhatTheThreeStepsDid) {
   EXPECT_EQ(*got, *want);
 }
 
+// BF16 plans run a pooled stem in FP16 (default_layer_precision): the input conversion, the stem
+// and its max pool in FP16, so that they fuse, then one cast of the pooled value to BF16; the fused
+// plan interprets as the unfused one, and both stay close to the FP32 plan. A stem with a weight
+// beyond FP16's range stays in TF32, pooled in float32.
+TEST(FuseStemPool, Bf16PlansRunThePooledStemInFp16) {
+  Graph g = resnet_like_stem();
+  EXPECT_EQ(default_layer_precision(g, Precision::kBf16),
+            (std::map<std::string, Precision>{{"stem", Precision::kFp16}}));
+  BuildOptions options;
+  options.precision = Precision::kBf16;
+  options.max_batch = 2;
+  auto lowered = lower_graph(g, options);
+  ASSERT_TRUE(lowered.is_ok()) << lowered.status().to_string();
+  const Plan& plan = *lowered;
+  ASSERT_GE(plan.steps.size(), 4u);
+  EXPECT_EQ(plan.steps[1].precision, Precision::kFp16);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(plan.values[plan.steps[i].output].dtype, DataType::kFloat16) << i;
+  EXPECT_EQ(plan.steps[3].kind, StepKind::kCast);
+  EXPECT_EQ(plan.values[plan.steps[3].output].dtype, DataType::kBFloat16);
+  Plan fused = plan;
+  ASSERT_TRUE(fuse_stem_pool(fused, [](const PlanStep&) { return true; }));
+  EXPECT_TRUE(fused.validate().is_ok()) << fused.validate().to_string();
+  const Tensor x = random_tensor(Shape{2, 3, 30, 34}, 11);
+  const std::vector<float> xs(x.f32().begin(), x.f32().end());
+  options.precision = Precision::kFp32;
+  auto exact_plan = lower_graph(g, options);
+  ASSERT_TRUE(exact_plan.is_ok());
+  auto exact = interpret_plan(*exact_plan, xs, 2);
+  auto unfused = interpret_plan(plan, xs, 2);
+  auto got = interpret_plan(fused, xs, 2);
+  ASSERT_TRUE(exact.is_ok() && unfused.is_ok() && got.is_ok());
+  EXPECT_EQ(*got, *unfused);
+  EXPECT_LT(compare(*got, *exact).rel_l2, 2e-2);
+
+  Tensor& w = g.initializers["w"];
+  std::vector<float> big(w.f32().begin(), w.f32().end());
+  big[0] = 1e5f;
+  w = Tensor::from_floats(w.shape(), big);
+  EXPECT_EQ(default_layer_precision(g, Precision::kBf16),
+            (std::map<std::string, Precision>{{"stem", Precision::kTf32}}));
+  options.precision = Precision::kBf16;
+  auto tf32 = lower_graph(g, options);
+  ASSERT_TRUE(tf32.is_ok()) << tf32.status().to_string();
+  EXPECT_EQ(tf32->steps[1].precision, Precision::kTf32);
+  EXPECT_EQ(tf32->values[tf32->steps[2].output].dtype, DataType::kFloat32);  // pooled in float32, then cast
+}
+
 TEST(FuseStemPool, LeavesOtherPlansAlone) {
   const Graph g = resnet_like_stem();
   BuildOptions options;
