@@ -210,8 +210,7 @@ class CudaTarget final : public SweepTarget {
 
   // Decodes and preprocesses the gate's images once (the model's preprocessing from its metadata,
   // as `classify` does), in batches of accuracy_batch, one batch per thread at a time over the
-  // host's cores (one thread took about 10 s of the H200 sweep's 68 s FP16 gate for 1,000 photos).
-  // The input size comes from the model file: no engine is built for it.
+  // host's cores. The input size comes from the model file: no engine is built for it.
   Status load_gate(const std::filesystem::path& dir, int64_t max_images) {
     if (!gate_batches_.empty()) return Status::ok();
     GPULAB_ASSIGN_OR_RETURN(gate_images_, load_gate_images(dir, max_images));
