@@ -83,8 +83,9 @@ int fold_input_casts(Plan& plan, const std::function<bool(const PlanStep& conv)>
 // 1,000 sample photos, moved top-1 agreement with FP32 from 98.2% (all BF16) to 99.8% (with the stem in TF32,
 // before 2026-12-06); the rule without the stem and float32 biases reached 99.4% on the H200.
 // Networks without depthwise convolutions keep only the stem out of BF16.
-// tests/unit/plan/precision_models_test.cc measures alternatives. Empty for other precisions
-// (FP16 meets its bounds without it).
+// tests/unit/plan/precision_models_test.cc measures alternatives. INT8/FP8 plans run that pooled
+// stem in FP16 too (the fused stem; its 8-bit form ran as three slow steps); nothing else moves.
+// Empty for FP16, FP32 and TF32 plans.
 std::map<std::string, Precision> default_layer_precision(const Graph& graph, Precision precision);
 
 // Lowers `graph` (after run_passes). Convolution layers take their precision from

@@ -111,7 +111,8 @@ void add_build_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "int8", "fp8"}));
   sub->add_option("--max-batch", opts->max_batch, "Largest batch the plan accepts (1..1048576)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  sub->add_option("--layer-precision", opts->layer_precision, "Per-layer precision, NAME=fp32 (repeatable)");
+  sub->add_option("--layer-precision", opts->layer_precision,
+                  "Per-layer precision, NAME=fp32 (repeatable; tf32 too; fp16 in BF16, INT8 and FP8 plans)");
   sub->add_flag("--no-tactic-timing", opts->no_tactic_timing,
                 "Take cuDNN's heuristic choice instead of timing");
   add_build_flags(sub, &opts->build);

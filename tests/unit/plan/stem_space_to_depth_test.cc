@@ -249,6 +249,44 @@ TEST(FuseStemPool, Bf16PlansRunThePooledStemInFp16) {
   EXPECT_EQ(tf32->values[tf32->steps[2].output].dtype, DataType::kFloat32);  // pooled in float32, then cast
 }
 
+// INT8 and FP8 plans run the pooled stem in FP16 as well (and nothing else): the fused stem,
+// whose pooled output is quantized for the layers after it; fused and unfused interpret the same.
+TEST(FuseStemPool, QuantizedPlansRunThePooledStemInFp16) {
+  const Graph g = resnet_like_stem();
+  const Tensor x = random_tensor(Shape{2, 3, 30, 34}, 11);
+  auto exec = ReferenceExecutor::create(g);
+  ASSERT_TRUE(exec.is_ok());
+  auto run = exec->run_with_values(std::vector<Tensor>{x});
+  ASSERT_TRUE(run.is_ok()) << run.status().to_string();
+  BuildOptions options;
+  options.max_batch = 2;
+  for (const auto& [name, t] : run->values) {
+    float m = 0;
+    for (float v : t.f32()) m = std::max(m, std::abs(v));
+    options.activation_amax[name] = m;
+  }
+  const std::vector<float> xs(x.f32().begin(), x.f32().end());
+  for (const Precision precision : {Precision::kInt8, Precision::kFp8}) {
+    SCOPED_TRACE(precision_name(precision));
+    EXPECT_EQ(default_layer_precision(g, precision),
+              (std::map<std::string, Precision>{{"stem", Precision::kFp16}}));
+    options.precision = precision;
+    auto lowered = lower_graph(g, options);
+    ASSERT_TRUE(lowered.is_ok()) << lowered.status().to_string();
+    const Plan& plan = *lowered;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(plan.values[plan.steps[i].output].dtype, DataType::kFloat16) << i;
+    Plan fused = plan;
+    ASSERT_TRUE(fuse_stem_pool(fused, [](const PlanStep&) { return true; }));
+    auto unfused_y = interpret_plan(plan, xs, 2);
+    auto fused_y = interpret_plan(fused, xs, 2);
+    ASSERT_TRUE(unfused_y.is_ok() && fused_y.is_ok());
+    EXPECT_EQ(*fused_y, *unfused_y);
+    EXPECT_LT(compare(*fused_y, run->values.at("logits").f32()).rel_l2, 5e-2);
+    // The Gemm still runs in 8 bits.
+    EXPECT_EQ(plan.steps[plan.steps.size() - 2].precision, precision);
+  }
+}
+
 TEST(FuseStemPool, LeavesOtherPlansAlone) {
   const Graph g = resnet_like_stem();
   BuildOptions options;
