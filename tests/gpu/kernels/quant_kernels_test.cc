@@ -131,7 +131,17 @@ std::vector<ConvCase> conv_cases(DataType q) {
   dw.out_h = 5;
   dw.out_w = 4;
   dw.activation = Activation::kClip;
-  cases.push_back({"depthwise 3x3/2 clip", dw});
+  cases.push_back({"depthwise 3x3/2 clip (4 channels per thread)", dw});
+  Q8ConvDesc dw6 = dw;
+  dw6.k = dw6.c = dw6.groups = 6;  // not a multiple of 4: one channel per thread
+  dw6.has_residual = true;
+  dw6.residual_scale = 0.04f;
+  cases.push_back({"depthwise c 6, residual", dw6});
+  Q8ConvDesc dw_res = dw;
+  dw_res.has_residual = true;
+  dw_res.residual_scale = 0.04f;
+  dw_res.y_dtype = DataType::kFloat16;
+  cases.push_back({"depthwise, residual, float16 out (4 channels per thread)", dw_res});
   Q8ConvDesc odd = base;
   odd.c = 3;  // not a multiple of 4: the scalar int8 path
   odd.y_dtype = DataType::kFloat16;

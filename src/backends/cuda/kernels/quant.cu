@@ -6,8 +6,9 @@
 // output channel fastest, so a warp reads one input patch and 32 weight rows). They are the
 // correct baseline every faster 8-bit kernel is tested against, not fast ones: the tensor-core
 // convolution is quant_mma.cu. The input conversion and the max pool have a second kernel for
-// 16-channel multiples that moves 16-byte vectors (ResNet-18's INT8 plan at batch 256 spent 22% of
-// its time in the one-byte-per-thread max pool, 2026-12-06 at 5b3cf93).
+// 16-channel multiples that moves 16-byte vectors, depthwise convolutions one for 4 channels per
+// thread (ResNet-18's INT8 plan at batch 256 spent 22% of its time in the one-byte-per-thread max
+// pool, 2026-12-06 at 5b3cf93).
 // Tolerance: bit for bit with the plan interpreter (src/plan/interpret.cc): the integer sums are
 // exact, E4M3 sums run in the interpreter's order where it is defined (pixel order in the global
 // pool), and every float step of the epilogue is an explicitly rounded intrinsic in quant.h's
@@ -125,6 +126,21 @@ __device__ __forceinline__ void accumulate_tap(const uint8_t* xp, const uint8_t*
   }
 }
 
+// f(r, s, pixel) for each tap (r, s) of the convolution window of output (n, oh, ow) that lies
+// inside the image, pixel its input pixel's index (n h w + ...), rows then columns.
+template <typename F>
+__device__ __forceinline__ void for_each_conv_tap(const Q8ConvDesc& d, int64_t n, int64_t oh, int64_t ow,
+                                                  F f) {
+  for (int64_t r = 0; r < d.r; ++r) {
+    const int64_t ih = oh * d.stride.h - d.pads.top + r * d.dilation.h;
+    if (ih < 0 || ih >= d.h) continue;
+    for (int64_t s = 0; s < d.s; ++s) {
+      const int64_t iw = ow * d.stride.w - d.pads.left + s * d.dilation.w;
+      if (iw >= 0 && iw < d.w) f(r, s, (n * d.h + ih) * d.w + iw);
+    }
+  }
+}
+
 template <bool kFp8, bool kDp4a, typename Y>
 __global__ void q8_conv_kernel(ConvParams p, const uint8_t* x, const uint8_t* w, const float* w_scale,
                                const float* bias, const uint8_t* residual, Y* y, int64_t total) {
@@ -142,20 +158,58 @@ __global__ void q8_conv_kernel(ConvParams p, const uint8_t* x, const uint8_t* w,
     const int64_t g = ko / kg;
     int32_t acc_i = 0;
     float acc_f = 0.0f;
-    for (int64_t r = 0; r < d.r; ++r) {
-      const int64_t ih = oh * d.stride.h - d.pads.top + r * d.dilation.h;
-      if (ih < 0 || ih >= d.h) continue;
-      for (int64_t s = 0; s < d.s; ++s) {
-        const int64_t iw = ow * d.stride.w - d.pads.left + s * d.dilation.w;
-        if (iw < 0 || iw >= d.w) continue;
-        accumulate_tap<kFp8, kDp4a>(x + ((n * d.h + ih) * d.w + iw) * d.c + g * cg,
-                                    w + ((ko * d.r + r) * d.s + s) * cg, cg, acc_i, acc_f);
-      }
-    }
+    for_each_conv_tap(d, n, oh, ow, [&](int64_t r, int64_t s, int64_t pixel) {
+      accumulate_tap<kFp8, kDp4a>(x + pixel * d.c + g * cg, w + ((ko * d.r + r) * d.s + s) * cg, cg, acc_i,
+                                  acc_f);
+    });
     // A missing bias adds 0, as the interpreter does.
     store_q8_output<kFp8>(kFp8 ? acc_f : __int2float_rn(acc_i), d.x_scale, w_scale[ko],
                           bias ? bias[ko] : 0.0f, residual ? residual + i : nullptr, d.residual_scale,
                           ActParams{d.activation, d.clip_min, d.clip_max}, p.inv_y, y + i);
+  }
+}
+
+// Depthwise convolutions (groups == c == k) four channels per thread (c a multiple of 4, x and
+// the residual 4-byte aligned): one 4-byte input load per tap instead of four threads' one-byte
+// loads and index arithmetic. Each channel's sum runs over the taps in q8_conv_kernel's order (its
+// one channel per tap), and store_q8_output ends it: the same bytes as that kernel.
+template <bool kFp8, typename Y>
+__global__ void q8_depthwise4_kernel(ConvParams p, const uint8_t* x, const uint8_t* w, const float* w_scale,
+                                     const float* bias, const uint8_t* residual, Y* y, int64_t total4) {
+  const Q8ConvDesc& d = p.d;
+  const int64_t quads = d.k / 4;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total4;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t = i;
+    const int64_t k0 = 4 * (t % quads);
+    t /= quads;
+    const int64_t ow = t % d.out_w;
+    t /= d.out_w;
+    const int64_t oh = t % d.out_h;
+    const int64_t n = t / d.out_h;
+    int32_t acc_i[4] = {0, 0, 0, 0};
+    float acc_f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for_each_conv_tap(d, n, oh, ow, [&](int64_t r, int64_t s, int64_t pixel) {
+      const uint32_t xv = *reinterpret_cast<const uint32_t*>(x + pixel * d.c + k0);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const auto xb = static_cast<uint8_t>(xv >> (8 * j));
+        const uint8_t wb = w[((k0 + j) * d.r + r) * d.s + s];
+        if constexpr (kFp8) {
+          acc_f[j] = fmaf(e4m3_to_float(xb), e4m3_to_float(wb), acc_f[j]);
+        } else {
+          acc_i[j] +=
+              static_cast<int32_t>(static_cast<int8_t>(xb)) * static_cast<int32_t>(static_cast<int8_t>(wb));
+        }
+      }
+    });
+    const int64_t o = 4 * i;  // channel k0's output: k is the fastest axis
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      store_q8_output<kFp8>(kFp8 ? acc_f[j] : __int2float_rn(acc_i[j]), d.x_scale, w_scale[k0 + j],
+                            bias ? bias[k0 + j] : 0.0f, residual ? residual + o + j : nullptr,
+                            d.residual_scale, ActParams{d.activation, d.clip_min, d.clip_max}, p.inv_y,
+                            y + o + j);
   }
 }
 
@@ -306,6 +360,8 @@ Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, cons
   const int64_t cg = desc.c / desc.groups;
   const bool dp4a = desc.x_dtype == DataType::kInt8 && cg % 4 == 0 && desc.c % 4 == 0 && is_aligned(x, 4) &&
                     is_aligned(w, 4);
+  const bool depthwise4 = desc.groups == desc.c && desc.k == desc.c && desc.c % 4 == 0 && is_aligned(x, 4) &&
+                          (residual == nullptr || is_aligned(residual, 4));
   const auto* xb = static_cast<const uint8_t*>(x);
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* rb = static_cast<const uint8_t*>(residual);
@@ -313,6 +369,11 @@ Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, cons
     constexpr bool kFp8 = decltype(fp8)::value;
     return dispatch_output(desc.y_dtype, [&](auto tag) -> Status {
       using Y = decltype(tag);
+      if (depthwise4) {
+        q8_depthwise4_kernel<kFp8, Y><<<grid_for(total / 4), kThreads, 0, stream>>>(
+            p, xb, wb, w_scale, bias, rb, static_cast<Y*>(y), total / 4);
+        return check_launch("launch_q8_conv", "q8_depthwise4_kernel");
+      }
       if (!kFp8 && dp4a)
         q8_conv_kernel<kFp8, true, Y><<<grid_for(total), kThreads, 0, stream>>>(p, xb, wb, w_scale, bias, rb,
                                                                                 static_cast<Y*>(y), total);
