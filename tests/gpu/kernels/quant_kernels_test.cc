@@ -142,6 +142,25 @@ std::vector<ConvCase> conv_cases(DataType q) {
   dw_res.residual_scale = 0.04f;
   dw_res.y_dtype = DataType::kFloat16;
   cases.push_back({"depthwise, residual, float16 out (4 channels per thread)", dw_res});
+  Q8ConvDesc dw5 = dw;  // 5x5: the other window whose weights stay in registers
+  dw5.k = dw5.c = dw5.groups = 8;
+  dw5.r = dw5.s = 5;
+  dw5.stride = {1, 1};
+  dw5.pads = {2, 2, 2, 2};
+  dw5.out_h = 9;
+  dw5.out_w = 7;
+  cases.push_back({"depthwise 5x5, c 8", dw5});
+  Q8ConvDesc dw13 = dw5;  // 1x3: weights read per tap
+  dw13.r = 1;
+  dw13.s = 3;
+  dw13.pads = {0, 1, 0, 1};
+  cases.push_back({"depthwise 1x3, c 8", dw13});
+  Q8ConvDesc tiny = dw;  // 2x2 pixels, 16 channel quads: fewer pixels than threads
+  tiny.n = 1;
+  tiny.h = tiny.w = 3;
+  tiny.k = tiny.c = tiny.groups = 64;
+  tiny.out_h = tiny.out_w = 2;
+  cases.push_back({"depthwise 3x3/2 on 3x3 pixels, c 64", tiny});
   Q8ConvDesc odd = base;
   odd.c = 3;  // not a multiple of 4: the scalar int8 path
   odd.y_dtype = DataType::kFloat16;
