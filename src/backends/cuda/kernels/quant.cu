@@ -17,8 +17,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
-
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/quant.cuh"
 #include "backends/cuda/kernels/quant_kernels.h"
@@ -173,53 +171,30 @@ __global__ void q8_conv_kernel(ConvParams p, const uint8_t* x, const uint8_t* w,
 
 // Depthwise convolutions (groups == c == k) four channels per thread (c a multiple of 4, x and
 // the residual 4-byte aligned): one 4-byte input load per tap instead of four threads' one-byte
-// loads and index arithmetic. A thread keeps its four channels for all its pixels, so their
-// weights (for kR x kS windows known at compile time: in registers, loaded once), weight scales
-// and biases are read once; kR = kS = 0 reads the weights per tap. Each channel's sum runs over
-// the taps in q8_conv_kernel's order (its one channel per tap), and store_q8_output ends it: the
-// same bytes as that kernel.
-template <bool kFp8, typename Y, int kR, int kS>
+// loads and index arithmetic. Each channel's sum runs over the taps in q8_conv_kernel's order (its
+// one channel per tap), and store_q8_output ends it: the same bytes as that kernel.
+template <bool kFp8, typename Y>
 __global__ void q8_depthwise4_kernel(ConvParams p, const uint8_t* x, const uint8_t* w, const float* w_scale,
-                                     const float* bias, const uint8_t* residual, Y* y, int64_t pixels) {
-  constexpr int kTaps = kR * kS;
+                                     const float* bias, const uint8_t* residual, Y* y, int64_t total4) {
   const Q8ConvDesc& d = p.d;
   const int64_t quads = d.k / 4;
-  const int64_t thread = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t lanes = static_cast<int64_t>(gridDim.x) * blockDim.x / quads;  // threads per channel quad
-  const int64_t k0 = 4 * (thread % quads), first = thread / quads;
-  if (first >= lanes) return;
-  // Byte j of a weight word: channel k0 + j's weight at that tap ([k][r][s] layout).
-  const auto weights_at = [&](int64_t tap, int64_t taps) {
-    uint32_t v = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v |= static_cast<uint32_t>(w[(k0 + j) * taps + tap]) << (8 * j);
-    return v;
-  };
-  uint32_t wq[kTaps > 0 ? kTaps : 1];
-  if constexpr (kTaps > 0) {
-#pragma unroll
-    for (int t = 0; t < kTaps; ++t) wq[t] = weights_at(t, kTaps);
-  }
-  float scale[4], add[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    scale[j] = w_scale[k0 + j];
-    add[j] = bias ? bias[k0 + j] : 0.0f;  // a missing bias adds 0, as the interpreter does
-  }
-  const ActParams act{d.activation, d.clip_min, d.clip_max};
-  for (int64_t px = first; px < pixels; px += lanes) {
-    int64_t t = px;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total4;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t = i;
+    const int64_t k0 = 4 * (t % quads);
+    t /= quads;
     const int64_t ow = t % d.out_w;
     t /= d.out_w;
     const int64_t oh = t % d.out_h;
     const int64_t n = t / d.out_h;
     int32_t acc_i[4] = {0, 0, 0, 0};
     float acc_f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const auto tap = [&](int64_t pixel, uint32_t wv) {
+    for_each_conv_tap(d, n, oh, ow, [&](int64_t r, int64_t s, int64_t pixel) {
       const uint32_t xv = *reinterpret_cast<const uint32_t*>(x + pixel * d.c + k0);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const auto xb = static_cast<uint8_t>(xv >> (8 * j)), wb = static_cast<uint8_t>(wv >> (8 * j));
+        const auto xb = static_cast<uint8_t>(xv >> (8 * j));
+        const uint8_t wb = w[((k0 + j) * d.r + r) * d.s + s];
         if constexpr (kFp8) {
           acc_f[j] = fmaf(e4m3_to_float(xb), e4m3_to_float(wb), acc_f[j]);
         } else {
@@ -227,28 +202,14 @@ __global__ void q8_depthwise4_kernel(ConvParams p, const uint8_t* x, const uint8
               static_cast<int32_t>(static_cast<int8_t>(xb)) * static_cast<int32_t>(static_cast<int8_t>(wb));
         }
       }
-    };
-    if constexpr (kTaps > 0) {  // for_each_conv_tap's order, unrolled so that wq stays in registers
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        const int64_t ih = oh * d.stride.h - d.pads.top + r * d.dilation.h;
-        if (ih < 0 || ih >= d.h) continue;
-#pragma unroll
-        for (int s = 0; s < kS; ++s) {
-          const int64_t iw = ow * d.stride.w - d.pads.left + s * d.dilation.w;
-          if (iw >= 0 && iw < d.w) tap((n * d.h + ih) * d.w + iw, wq[r * kS + s]);
-        }
-      }
-    } else {
-      for_each_conv_tap(d, n, oh, ow, [&](int64_t r, int64_t s, int64_t pixel) {
-        tap(pixel, weights_at(r * d.s + s, d.r * d.s));
-      });
-    }
-    const int64_t o = px * d.k + k0;  // channel k0's output: k is the fastest axis
+    });
+    const int64_t o = 4 * i;  // channel k0's output: k is the fastest axis
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      store_q8_output<kFp8>(kFp8 ? acc_f[j] : __int2float_rn(acc_i[j]), d.x_scale, scale[j], add[j],
-                            residual ? residual + o + j : nullptr, d.residual_scale, act, p.inv_y, y + o + j);
+      store_q8_output<kFp8>(kFp8 ? acc_f[j] : __int2float_rn(acc_i[j]), d.x_scale, w_scale[k0 + j],
+                            bias ? bias[k0 + j] : 0.0f, residual ? residual + o + j : nullptr,
+                            d.residual_scale, ActParams{d.activation, d.clip_min, d.clip_max}, p.inv_y,
+                            y + o + j);
   }
 }
 
@@ -409,18 +370,8 @@ Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, cons
     return dispatch_output(desc.y_dtype, [&](auto tag) -> Status {
       using Y = decltype(tag);
       if (depthwise4) {
-        // About 16 pixels per thread, and at least one thread per channel quad.
-        const int64_t pixels = desc.n * desc.out_h * desc.out_w, quads = desc.k / 4;
-        const unsigned blocks = grid_for(std::max((pixels + 15) / 16 * quads, quads));
-        const auto launch = [&](auto kernel) {
-          kernel<<<blocks, kThreads, 0, stream>>>(p, xb, wb, w_scale, bias, rb, static_cast<Y*>(y), pixels);
-        };
-        if (desc.r == 3 && desc.s == 3)
-          launch(q8_depthwise4_kernel<kFp8, Y, 3, 3>);
-        else if (desc.r == 5 && desc.s == 5)
-          launch(q8_depthwise4_kernel<kFp8, Y, 5, 5>);
-        else
-          launch(q8_depthwise4_kernel<kFp8, Y, 0, 0>);
+        q8_depthwise4_kernel<kFp8, Y><<<grid_for(total / 4), kThreads, 0, stream>>>(
+            p, xb, wb, w_scale, bias, rb, static_cast<Y*>(y), total / 4);
         return check_launch("launch_q8_conv", "q8_depthwise4_kernel");
       }
       if (!kFp8 && dp4a)
