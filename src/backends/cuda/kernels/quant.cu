@@ -17,12 +17,34 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/quant.cuh"
 #include "backends/cuda/kernels/quant_kernels.h"
 
 namespace gpulab::kernels {
 namespace {
+
+// Element i of an NHWC tensor [*, h, w, c] as (n, y, x, ch). In 32 bits where i and the sizes
+// fit, which is every tensor below 2^31 elements: a 64-bit division is a long software routine on
+// the GPU, and these kernels did three per element.
+struct NhwcAt {
+  int64_t n, y, x, c;
+};
+__device__ __forceinline__ NhwcAt nhwc_at(int64_t i, int64_t h, int64_t w, int64_t c) {
+  if (i <= INT32_MAX && h <= INT32_MAX && w <= INT32_MAX && c <= INT32_MAX) {
+    auto t = static_cast<uint32_t>(i);
+    const auto uh = static_cast<uint32_t>(h), uw = static_cast<uint32_t>(w), uc = static_cast<uint32_t>(c);
+    const uint32_t ch = t % uc;
+    t /= uc;
+    const uint32_t x = t % uw;
+    t /= uw;
+    return {t / uh, t % uh, x, ch};
+  }
+  const int64_t ch = i % c, p = i / c, x = p % w, q = p / w;
+  return {q / h, q % h, x, ch};
+}
 
 // The float behind space-to-depth channel `ch` of output pixel (n, oy, ox) of the NCHW image x:
 // channel (cell, cin), cell = dy * block + dx; 0 in the padding and in the channels past block^2 c.
@@ -55,13 +77,7 @@ __global__ void quantize_input_kernel(const float* x, uint8_t* y, SpaceToDepthDe
                                       float inv_scale) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t t = i;
-    const int64_t ch = t % d.c_out;
-    t /= d.c_out;
-    const int64_t ox = t % d.out_w;
-    t /= d.out_w;
-    const int64_t oy = t % d.out_h;
-    const int64_t n = t / d.out_h;
+    const auto [n, oy, ox, ch] = nhwc_at(i, d.out_h, d.out_w, d.c_out);
     y[i] = quantize_q8<kFp8>(s2d_value(x, d, n, oy, ox, ch), inv_scale);
   }
 }
@@ -75,11 +91,7 @@ __global__ void quantize_input16_kernel(const float* x, uint4* y, SpaceToDepthDe
                                         float inv_scale) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < pixels;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t t = i;
-    const int64_t ox = t % d.out_w;
-    t /= d.out_w;
-    const int64_t oy = t % d.out_h;
-    const int64_t n = t / d.out_h;
+    const auto [n, oy, ox, ch] = nhwc_at(i, d.out_h, d.out_w, 1);  // ch: always 0
     for (int64_t ch0 = 0; ch0 < d.c_out; ch0 += 16) {
       alignas(16) uint8_t q[16];
 #pragma unroll
@@ -148,13 +160,7 @@ __global__ void q8_conv_kernel(ConvParams p, const uint8_t* x, const uint8_t* w,
   const int64_t cg = d.c / d.groups, kg = d.k / d.groups;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t t = i;
-    const int64_t ko = t % d.k;
-    t /= d.k;
-    const int64_t ow = t % d.out_w;
-    t /= d.out_w;
-    const int64_t oh = t % d.out_h;
-    const int64_t n = t / d.out_h;
+    const auto [n, oh, ow, ko] = nhwc_at(i, d.out_h, d.out_w, d.k);
     const int64_t g = ko / kg;
     int32_t acc_i = 0;
     float acc_f = 0.0f;
@@ -180,13 +186,8 @@ __global__ void q8_depthwise4_kernel(ConvParams p, const uint8_t* x, const uint8
   const int64_t quads = d.k / 4;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total4;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t t = i;
-    const int64_t k0 = 4 * (t % quads);
-    t /= quads;
-    const int64_t ow = t % d.out_w;
-    t /= d.out_w;
-    const int64_t oh = t % d.out_h;
-    const int64_t n = t / d.out_h;
+    const auto [n, oh, ow, quad] = nhwc_at(i, d.out_h, d.out_w, quads);
+    const int64_t k0 = 4 * quad;
     int32_t acc_i[4] = {0, 0, 0, 0};
     float acc_f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for_each_conv_tap(d, n, oh, ow, [&](int64_t r, int64_t s, int64_t pixel) {
@@ -217,13 +218,7 @@ template <bool kFp8>
 __global__ void q8_max_pool_kernel(const uint8_t* x, uint8_t* y, PoolDesc d, int64_t total) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t t = i;
-    const int64_t c = t % d.c;
-    t /= d.c;
-    const int64_t ow = t % d.out_w;
-    t /= d.out_w;
-    const int64_t oh = t % d.out_h;
-    const int64_t n = t / d.out_h;
+    const auto [n, oh, ow, c] = nhwc_at(i, d.out_h, d.out_w, d.c);
     uint8_t best = kFp8 ? 0xfe : 0x80;  // -448 / -128: the smallest value of the type
     float best_v = q8_to_float<kFp8>(best);
     for_each_window_pixel(d, n, oh, ow, [&](int64_t pixel) {
@@ -248,13 +243,7 @@ __global__ void q8_max_pool16_kernel(const uint4* x, uint4* y, PoolDesc d, int64
   const int64_t vectors = d.c / 16;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t t = i;
-    const int64_t cv = t % vectors;
-    t /= vectors;
-    const int64_t ow = t % d.out_w;
-    t /= d.out_w;
-    const int64_t oh = t % d.out_h;
-    const int64_t n = t / d.out_h;
+    const auto [n, oh, ow, cv] = nhwc_at(i, d.out_h, d.out_w, vectors);
     alignas(16) uint8_t best[16];
     float best_v[16];
 #pragma unroll
