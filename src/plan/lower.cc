@@ -901,6 +901,22 @@ bool fuse_stem_pool(Plan& plan, const std::function<bool(const PlanStep& stem)>&
   stem.fused_values = {in.output, conv.output};
   stem.flops_per_image = conv.flops_per_image + pool.flops_per_image;
   stem.tactic.clear();
+  // The pool's float16 output cast to bfloat16 by the next step, its only reader.
+  const PlanStep& cast = plan.steps[3];
+  bool with_cast = cast.kind == StepKind::kCast && cast.inputs == std::vector<int>{pool.output} &&
+                   plan.values[pool.output].dtype == DataType::kFloat16 &&
+                   plan.values[cast.output].dtype == DataType::kBFloat16;
+  for (size_t i = 4; with_cast && i < plan.steps.size(); ++i)
+    for (int v : plan.steps[i].inputs) with_cast = with_cast && v != pool.output;
+  if (with_cast) {
+    PlanStep to_bf16 = stem;
+    to_bf16.output = cast.output;
+    if (supported(to_bf16)) {
+      plan.steps.erase(plan.steps.begin(), plan.steps.begin() + 4);
+      plan.steps.insert(plan.steps.begin(), std::move(to_bf16));
+      return true;
+    }
+  }
   if (!supported(stem)) return false;
   plan.steps.erase(plan.steps.begin(), plan.steps.begin() + 3);
   plan.steps.insert(plan.steps.begin(), std::move(stem));

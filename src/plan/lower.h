@@ -57,7 +57,10 @@ std::optional<StemRewrite> stem_space_to_depth(const Graph& graph, const BuildOp
 // reads the image or the convolution output and `supported(stem)` accepts the step it would
 // make (the runtime asks its kernel). The kStem step keeps the three steps' attributes and the
 // convolution's weights; its name is "<conv>+<pool>". The two intermediate values stay in
-// plan.values (fused_values) but are no longer written. Returns whether it rewrote the plan.
+// plan.values (fused_values) but are no longer written. A kCast of the pool's float16 output to
+// bfloat16 right after it, the pool's only reader (a BF16 plan's FP16 stem), joins the step: it
+// writes the bfloat16 value itself (offered first; without the cast when `supported` refuses).
+// Returns whether it rewrote the plan.
 bool fuse_stem_pool(Plan& plan, const std::function<bool(const PlanStep& stem)>& supported);
 
 // Removes kCast steps that turn a float16/bfloat16 value into float32 for convolutions alone,

@@ -76,7 +76,8 @@ inline kernels::FusedStemDesc fused_stem_desc(const Plan& plan, const PlanStep& 
   d.out_h = y.h;
   d.out_w = y.w;
   d.activation = step.conv.activation;
-  d.dtype = y.dtype;
+  d.dtype = conv.dtype;
+  d.out_dtype = y.dtype;
   d.bias_float32 = step.bias >= 0 && plan.weights[step.bias].dtype == DataType::kFloat32;
   return d;
 }

@@ -5,7 +5,7 @@
 // ONNX [k, c, r, s] weights. Shapes: ResNet's 224x224 stem, odd sizes that leave partial tiles,
 // one- and two-channel images, rows that take the 16-byte loads and rows that do not, asymmetric
 // pads, no bias, ceil-mode pooling. Every case runs the mma.sync kernel and, on sm_90, the wgmma
-// one.
+// one, each also writing bfloat16 (a BF16 plan's stem), which must be the float16 result rounded.
 #include "backends/cuda/kernels/kernel_desc.h"
 #include "backends/cuda/kernels/kernels.h"
 
@@ -109,8 +109,20 @@ void check_stem(const Case& t) {
     }
     ASSERT_TRUE(s.is_ok()) << s.to_string();
     expect_synced();
-    expect_close(decode(dy.download(), f16), to_nhwc(ref), f16);
+    const std::vector<float> got = decode(dy.download(), f16);
+    expect_close(got, to_nhwc(ref), f16);
     EXPECT_TRUE(dy.tail_untouched()) << "wrote past the end of y";
+    // bfloat16 out: the float16 result rounded to bfloat16, element for element.
+    FusedStemDesc to_bf16 = d;
+    to_bf16.out_dtype = DataType::kBFloat16;
+    DeviceBuffer dy_bf16(static_cast<size_t>(t.n * d.out_h * d.out_w * k * 2));
+    ASSERT_TRUE(launch_fused_stem(to_bf16, dx.get(), dw.get(), t.bias ? db.get() : nullptr, dy_bf16.get(),
+                                  nullptr, kernel)
+                    .is_ok());
+    expect_synced();
+    testing::expect_exact(decode(dy_bf16.download(), DataType::kBFloat16),
+                          round_to(got, DataType::kBFloat16));
+    EXPECT_TRUE(dy_bf16.tail_untouched()) << "wrote past the end of the bfloat16 y";
   }
 }
 

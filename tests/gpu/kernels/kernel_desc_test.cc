@@ -199,6 +199,9 @@ FusedStemDesc resnet_stem() {
 
 TEST(FusedStemDesc, AcceptsResNetsStem) {
   EXPECT_TRUE(validate(resnet_stem()).is_ok()) << validate(resnet_stem()).to_string();
+  FusedStemDesc bf16_out = resnet_stem();
+  bf16_out.out_dtype = DataType::kBFloat16;
+  EXPECT_TRUE(validate(bf16_out).is_ok()) << validate(bf16_out).to_string();
   FusedStemDesc gray = resnet_stem();
   gray.c = 1;
   gray.bias_float32 = true;
@@ -276,6 +279,9 @@ TEST(FusedStemDesc, RejectsWhatTheKernelDoesNotCompute) {
   d = resnet_stem();
   d.dtype = DataType::kBFloat16;
   expect_invalid(validate(d), "float16 only");
+  d = resnet_stem();
+  d.out_dtype = DataType::kFloat32;
+  expect_invalid(validate(d), "float16 or bfloat16");
   d = resnet_stem();
   d.n = (int64_t{1} << 30) / (56 * 56) + 1;  // 342,393 images: just over 2^30 pooled pixels
   expect_invalid(validate(d), "fewer than 2^30");

@@ -203,8 +203,9 @@ TEST(FuseStemPool, OneStepComputesWhatTheThreeStepsDid) {
 }
 
 // BF16 plans run a pooled stem in FP16 (default_layer_precision): the input conversion, the stem
-// and its max pool in FP16, so that they fuse, then one cast of the pooled value to BF16; the fused
-// plan interprets as the unfused one, and both stay close to the FP32 plan. A stem with a weight
+// and its max pool in FP16, so that they fuse, then one cast of the pooled value to BF16, which
+// joins the fused step (it writes BF16 itself), or stays a step when the kernel refuses that; the
+// fused plans interpret as the unfused one, and stay close to the FP32 plan. A stem with a weight
 // beyond FP16's range stays in TF32, pooled in float32.
 TEST(FuseStemPool, Bf16PlansRunThePooledStemInFp16) {
   Graph g = resnet_like_stem();
@@ -224,6 +225,14 @@ TEST(FuseStemPool, Bf16PlansRunThePooledStemInFp16) {
   Plan fused = plan;
   ASSERT_TRUE(fuse_stem_pool(fused, [](const PlanStep&) { return true; }));
   EXPECT_TRUE(fused.validate().is_ok()) << fused.validate().to_string();
+  ASSERT_EQ(fused.steps.size(), plan.steps.size() - 3);
+  EXPECT_EQ(fused.steps[0].output, plan.steps[3].output);  // the cast's bfloat16 value
+  // A kernel that writes float16 only: the cast stays.
+  Plan fp16_out = plan;
+  ASSERT_TRUE(fuse_stem_pool(
+      fp16_out, [&](const PlanStep& s) { return fp16_out.values[s.output].dtype == DataType::kFloat16; }));
+  ASSERT_EQ(fp16_out.steps.size(), plan.steps.size() - 2);
+  EXPECT_EQ(fp16_out.steps[1].kind, StepKind::kCast);
   const Tensor x = random_tensor(Shape{2, 3, 30, 34}, 11);
   const std::vector<float> xs(x.f32().begin(), x.f32().end());
   options.precision = Precision::kFp32;
@@ -232,8 +241,10 @@ TEST(FuseStemPool, Bf16PlansRunThePooledStemInFp16) {
   auto exact = interpret_plan(*exact_plan, xs, 2);
   auto unfused = interpret_plan(plan, xs, 2);
   auto got = interpret_plan(fused, xs, 2);
-  ASSERT_TRUE(exact.is_ok() && unfused.is_ok() && got.is_ok());
+  auto got_fp16_out = interpret_plan(fp16_out, xs, 2);
+  ASSERT_TRUE(exact.is_ok() && unfused.is_ok() && got.is_ok() && got_fp16_out.is_ok());
   EXPECT_EQ(*got, *unfused);
+  EXPECT_EQ(*got_fp16_out, *unfused);
   EXPECT_LT(compare(*got, *exact).rel_l2, 2e-2);
 
   Tensor& w = g.initializers["w"];

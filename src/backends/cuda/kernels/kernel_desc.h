@@ -206,8 +206,11 @@ struct FusedStemDesc {
   PoolAttrs pool;                             // 3x3, stride 2, dilation 1, pads begin 1 / end <= 1
   int64_t out_h = 0, out_w = 0;               // pool_output_size() of conv_h/conv_w
   Activation activation = Activation::kRelu;  // ReLU only: the pool treats missing pixels as 0
-  DataType dtype = DataType::kFloat16;        // float16 only (weights, output)
+  DataType dtype = DataType::kFloat16;        // float16 only (weights, the convolution's output)
   bool bias_float32 = false;                  // bias float32 instead of float16
+  // y: float16, or bfloat16 rounded from the float16 result (what the FP16 stem followed by a cast
+  // to BF16 computes: a BF16 plan's stem, default_layer_precision).
+  DataType out_dtype = DataType::kFloat16;
 };
 Status validate(const FusedStemDesc& desc);
 

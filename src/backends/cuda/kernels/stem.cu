@@ -42,9 +42,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/kernels.h"
@@ -88,6 +90,8 @@ struct StemParams : StemImage {
                                         // tile + gridDim.x stays below 2^31
 };
 
+// TOut: __half, or __nv_bfloat16 rounded from the float16 result (FusedStemDesc::out_dtype).
+template <typename TOut>
 __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char smem[];
@@ -341,8 +345,18 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
 #pragma unroll
           for (int q = 0; q < 4; ++q) b2[q] = __hmax2(b2[q], v2[q]);
         }
-      *reinterpret_cast<uint4*>(p.y + ((static_cast<int64_t>(img) * p.out_h + oy) * p.out_w + ox) * kOut +
-                                chunk * 8) = best;
+      TOut* dst = static_cast<TOut*>(p.y) +
+                  ((static_cast<int64_t>(img) * p.out_h + oy) * p.out_w + ox) * kOut + chunk * 8;
+      if constexpr (std::is_same_v<TOut, __half>) {
+        *reinterpret_cast<uint4*>(dst) = best;
+      } else {
+        const __half* h = reinterpret_cast<const __half*>(&best);
+        uint4 out;
+        TOut* o = reinterpret_cast<TOut*>(&out);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[e] = from_float<TOut>(__half2float(h[e]));
+        *reinterpret_cast<uint4*>(dst) = out;
+      }
     }
   }
 #else
@@ -392,10 +406,16 @@ Result<int> persistent_blocks(bool wgmma) {
       return no_wgmma;
     }
   } else {
-    GPULAB_CUDA_TRY(cudaFuncSetAttribute(fused_stem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kSmemBytes)));
-    GPULAB_CUDA_TRY(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fused_stem_kernel, kStemThreads, kSmemBytes));
+    // Both output types: the fewer blocks of the two (the same kernel but for the store).
+    per_sm = INT_MAX;
+    for (auto kernel : {fused_stem_kernel<__half>, fused_stem_kernel<__nv_bfloat16>}) {
+      int blocks = 0;
+      GPULAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kSmemBytes)));
+      GPULAB_CUDA_TRY(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kStemThreads, kSmemBytes));
+      per_sm = std::min(per_sm, blocks);
+    }
   }
   if (per_sm < 1)
     return Status::unsupported(
@@ -427,9 +447,10 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
   StemImage image{};
   image.x = static_cast<const float*>(x);
   image.weight = static_cast<const __half*>(weight);
+  const bool bf16 = d.out_dtype == DataType::kBFloat16;
   image.bias = bias;
   image.bias_f32 = d.bias_float32;
-  image.y = static_cast<__half*>(y);
+  image.y = y;
   image.c = static_cast<int>(d.c);
   image.h = static_cast<int>(d.h);
   image.w = static_cast<int>(d.w);
@@ -447,7 +468,7 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
     p.chunk_rows = static_cast<int>(plan.chunk_rows);
     p.chunks = static_cast<int>(plan.chunks);
     p.items = static_cast<int>(plan.items);  // <= pooled pixels < 2^30 (validate)
-    launch_rows(p, std::min((p.items + kRowsConsumers - 1) / kRowsConsumers, blocks), stream);
+    launch_rows(p, std::min((p.items + kRowsConsumers - 1) / kRowsConsumers, blocks), bf16, stream);
     return check_launch("launch_fused_stem", "fused_stem_rows_kernel");
   }
   StemParams p{image};
@@ -456,7 +477,10 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
   p.tiles_x = static_cast<int>(tiles_x);
   p.tiles_per_image = static_cast<int>(tiles_per_image);
   p.tiles = static_cast<int>(d.n * tiles_per_image);  // < 2^30: validate bounds the pooled pixels
-  fused_stem_kernel<<<std::min(p.tiles, blocks), kStemThreads, kSmemBytes, stream>>>(p);
+  if (bf16)
+    fused_stem_kernel<__nv_bfloat16><<<std::min(p.tiles, blocks), kStemThreads, kSmemBytes, stream>>>(p);
+  else
+    fused_stem_kernel<__half><<<std::min(p.tiles, blocks), kStemThreads, kSmemBytes, stream>>>(p);
   return check_launch("launch_fused_stem", "fused_stem_kernel");
 }
 

@@ -22,7 +22,7 @@ struct StemImage {
   const __half* weight;  // [64, 4, 4, 16]
   const void* bias;      // [64] float16 or float32, or null
   bool bias_f32;
-  __half* y;
+  void* y;  // __half or __nv_bfloat16 (FusedStemDesc::out_dtype)
   int c, h, w, pad_top, pad_left, conv_h, conv_w, out_h, out_w;
   bool vec16;  // w % 4 == 0 and x 16-byte aligned: image rows arrive in 16-byte pieces
 };
@@ -58,6 +58,7 @@ struct RowsParams : StemImage {
 // limit); fails (cudaErrorNoKernelImageForDevice or similar) on GPUs other than sm_90, for which
 // it has no code. And its launch, whose error the caller reads (check_launch).
 cudaError_t rows_blocks_per_sm(int* blocks);
-void launch_rows(const RowsParams& p, int grid, cudaStream_t stream);
+// bf16: the kernel that stores bfloat16 (FusedStemDesc::out_dtype), else float16.
+void launch_rows(const RowsParams& p, int grid, bool bf16, cudaStream_t stream);
 
 }  // namespace gpulab::kernels::stem

@@ -32,6 +32,7 @@
 #include "backends/cuda/kernels/sm90.cuh"
 #include "backends/cuda/kernels/stem_kernel.cuh"
 
+#include <algorithm>
 #include <utility>
 
 #include "cute/arch/mma_sm90_gmma.hpp"
@@ -190,6 +191,8 @@ __device__ __forceinline__ void convert_row(const float* raw, unsigned char* row
   }
 }
 
+// TOut: __half, or __nv_bfloat16 rounded from the float16 result (FusedStemDesc::out_dtype).
+template <typename TOut>
 __global__ void __launch_bounds__(128 * (1 + kRowsConsumers), 1) fused_stem_rows_kernel(RowsParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem[];
@@ -199,7 +202,7 @@ __global__ void __launch_bounds__(128 * (1 + kRowsConsumers), 1) fused_stem_rows
   const auto ring_of = [&](int c) { return part(c); };
   const auto raw_of = [&](int c) { return reinterpret_cast<float*>(part(c) + kRing * kRowBytes); };
   const auto stage_of = [&](int c) {
-    return reinterpret_cast<__half*>(part(c) + kRing * kRowBytes + kRawStages * kRawFloats * sizeof(float));
+    return reinterpret_cast<TOut*>(part(c) + kRing * kRowBytes + kRawStages * kRawFloats * sizeof(float));
   };
   const auto full_of = [&](int c) {
     return reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(stage_of(c)) + 2 * kStageBytes);
@@ -262,7 +265,7 @@ __global__ void __launch_bounds__(128 * (1 + kRowsConsumers), 1) fused_stem_rows
   cutlass::arch::warpgroup_reg_alloc<224>();
   const int c = wg - 1, wtid = tid % 128, lane = tid & 31, ww = wtid / 32, g = lane >> 2, t4 = lane & 3;
   unsigned char* ring = ring_of(c);
-  __half* stage = stage_of(c);
+  TOut* stage = stage_of(c);
   uint64_t* full = full_of(c);
   uint64_t* empty = full + kRing;
 
@@ -386,16 +389,17 @@ __global__ void __launch_bounds__(128 * (1 + kRowsConsumers), 1) fused_stem_rows
         // Bias and ReLU, rounded to float16 into the staging tile (two, alternating: the barrier
         // of one pooled row's store is what frees the tile of the row before), then 128-byte
         // pixel rows to y.
-        __half* st = stage + (emitted & 1) * (kStageBytes / 2);
+        TOut* st = stage + (emitted & 1) * (kStageBytes / 2);
 #pragma unroll
         for (int j = 0; j < kPooledBlocks; ++j)
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh)
-            st[(4 * j + t4) * kStagePitch + 16 * ww + g + 8 * hh] =
-                __float2half_rn(fmaxf(out[j][hh] + bias[hh], 0.0f));
+          for (int hh = 0; hh < 2; ++hh) {
+            const __half v = __float2half_rn(fmaxf(out[j][hh] + bias[hh], 0.0f));
+            st[(4 * j + t4) * kStagePitch + 16 * ww + g + 8 * hh] = from_float<TOut>(__half2float(v));
+          }
         bar_sync(1 + c, 128);
-        __half* yrow =
-            p.y + ((static_cast<int64_t>(it.img) * p.out_h + oy) * p.out_w + it.ox0) * kStemOutChannels;
+        TOut* yrow = static_cast<TOut*>(p.y) +
+                     ((static_cast<int64_t>(it.img) * p.out_h + oy) * p.out_w + it.ox0) * kStemOutChannels;
         const int cols = min(kRowsStripPooled, p.out_w - it.ox0);
         for (int e = wtid; e < cols * 8; e += 128)
           *reinterpret_cast<uint4*>(yrow + (e >> 3) * kStemOutChannels + (e & 7) * 8) =
@@ -415,17 +419,28 @@ __global__ void __launch_bounds__(128 * (1 + kRowsConsumers), 1) fused_stem_rows
 }  // namespace
 
 cudaError_t rows_blocks_per_sm(int* blocks) {
-  if (const cudaError_t e =
-          cudaFuncSetAttribute(fused_stem_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(kRowsSmemBytes));
-      e != cudaSuccess)
-    return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, fused_stem_rows_kernel,
-                                                       128 * (1 + kRowsConsumers), kRowsSmemBytes);
+  // Both output types: the fewer blocks of the two (they are the same kernel but for the store).
+  int per_type[2] = {0, 0};
+  int i = 0;
+  for (auto kernel : {fused_stem_rows_kernel<__half>, fused_stem_rows_kernel<__nv_bfloat16>}) {
+    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kRowsSmemBytes));
+        e != cudaSuccess)
+      return e;
+    if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_type[i++], kernel, 128 * (1 + kRowsConsumers), kRowsSmemBytes);
+        e != cudaSuccess)
+      return e;
+  }
+  *blocks = std::min(per_type[0], per_type[1]);
+  return cudaSuccess;
 }
 
-void launch_rows(const RowsParams& p, int grid, cudaStream_t stream) {
-  fused_stem_rows_kernel<<<grid, 128 * (1 + kRowsConsumers), kRowsSmemBytes, stream>>>(p);
+void launch_rows(const RowsParams& p, int grid, bool bf16, cudaStream_t stream) {
+  if (bf16)
+    fused_stem_rows_kernel<__nv_bfloat16><<<grid, 128 * (1 + kRowsConsumers), kRowsSmemBytes, stream>>>(p);
+  else
+    fused_stem_rows_kernel<__half><<<grid, 128 * (1 + kRowsConsumers), kRowsSmemBytes, stream>>>(p);
 }
 
 }  // namespace gpulab::kernels::stem
