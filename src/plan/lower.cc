@@ -127,10 +127,11 @@ std::map<std::string, Precision> default_layer_precision(const Graph& graph, Pre
     // bits, and the stem reads the normalized image, far inside FP16's range.
     const bool stem =
         std::find(graph.inputs.begin(), graph.inputs.end(), node.input(0)) != graph.inputs.end();
-    const std::vector<int> readers = graph.consumers(node.outputs[0]);
-    const bool pooled =
-        readers.size() == 1 && graph.nodes[static_cast<size_t>(readers[0])].op == OpType::kMaxPool;
-    const bool fp16_stem = stem && pooled && fits_fp16(graph.initializer(node.input(1))) &&
+    const auto pooled = [&] {  // a scan of the graph: asked of the stem alone
+      const std::vector<int> readers = graph.consumers(node.outputs[0]);
+      return readers.size() == 1 && graph.nodes[static_cast<size_t>(readers[0])].op == OpType::kMaxPool;
+    };
+    const bool fp16_stem = stem && pooled() && fits_fp16(graph.initializer(node.input(1))) &&
                            (!node.has_input(2) || fits_fp16(graph.initializer(node.input(2))));
     // INT8/FP8 plans: the pooled stem alone, in FP16, for the fused stem. Its 8-bit form ran as
     // three steps (quantizing input conversion, convolution, 8-bit max pool): 2.8 of ResNet-18's
