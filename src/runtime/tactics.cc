@@ -325,6 +325,30 @@ Status run_search(TimingRig& rig, CudnnSearch& search, const cuda::ConvProblem& 
   return Status::ok();
 }
 
+// The cuDNN plans that run `inner` in chunks of part.n images over `total` images as the runtime
+// would (conv_step.h): the full chunks on `inner` itself (timed at part.n), the remainder on a plan
+// of its own size. An error when either does not build or they need more workspace than allowed.
+struct ChunkedPlans {
+  std::unique_ptr<cuda::CudnnConv> full, tail;  // tail null when part.n divides total
+  int64_t ws_bytes = 0;
+};
+Result<ChunkedPlans> prepare_chunked(const SelectionContext& c, const PlanStep& step,
+                                     const cuda::ConvProblem& part, int64_t total, const std::string& inner) {
+  ChunkedPlans plans;
+  GPULAB_ASSIGN_OR_RETURN(plans.full, prepare_cudnn_conv(c.rig.libs.cudnn(), part, inner, true));
+  if (const ChunkSplit split = split_batch(total, part.n); split.tail > 0) {
+    GPULAB_ASSIGN_OR_RETURN(
+        plans.tail,
+        prepare_cudnn_conv(c.rig.libs.cudnn(), conv_problem(c.plan, step, split.tail), inner, false));
+  }
+  plans.ws_bytes = std::max(plans.full->workspace_bytes(), plans.tail ? plans.tail->workspace_bytes() : 0);
+  if (plans.ws_bytes > c.rig.ws_limit)
+    return Status::unsupported(
+        fmt::format("in chunks of {} it needs {} MiB of workspace, over the {} MiB limit", part.n,
+                    plans.ws_bytes >> 20, c.rig.ws_limit >> 20));
+  return plans;
+}
+
 // Times the cuDNN tactic `inner`, timed on `part` (the layer at part.n images), run in chunks of
 // part.n over problem.n images as the runtime would run it (conv_step.h), and offers it to `best`.
 Status time_chunked(const SelectionContext& c, const PlanStep& step, const cuda::ConvProblem& problem,
@@ -333,24 +357,15 @@ Status time_chunked(const SelectionContext& c, const PlanStep& step, const cuda:
   TimingRig& rig = c.rig;
   const int64_t chunk = part.n;
   const std::string tactic = chunked_tactic(chunk, inner);
-  const ChunkSplit split = split_batch(problem.n, chunk);
-  auto full = prepare_cudnn_conv(rig.libs.cudnn(), part, inner, true);
-  Result<std::unique_ptr<cuda::CudnnConv>> tail = std::unique_ptr<cuda::CudnnConv>();
-  if (full.is_ok() && split.tail > 0)
-    tail = prepare_cudnn_conv(rig.libs.cudnn(), conv_problem(c.plan, step, split.tail), inner, false);
-  if (!full.is_ok() || !tail.is_ok()) {
-    log_debug("tactics: {} candidate {}: {}", step.name, tactic,
-              (full.is_ok() ? tail.status() : full.status()).message());
+  auto plans = prepare_chunked(c, step, part, problem.n, inner);
+  if (!plans.is_ok()) {
+    log_debug("tactics: {} candidate {}: {}", step.name, tactic, plans.status().message());
     return Status::ok();
   }
-  const int64_t ws_bytes = std::max((*full)->workspace_bytes(), *tail ? (*tail)->workspace_bytes() : 0);
-  if (ws_bytes > rig.ws_limit) {
-    log_debug("tactics: {} candidate {} needs {} MiB of workspace", step.name, tactic, ws_bytes >> 20);
-    return Status::ok();
-  }
-  GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
+  GPULAB_TRY(
+      rig.ws.ensure(static_cast<size_t>(std::max<int64_t>(plans->ws_bytes, 1)), "tactic timing workspace"));
   auto run = [&] {
-    return launch_chunked_conv_step(problem, chunk, **full, tail->get(), rig.libs.cudnn(), ptrs,
+    return launch_chunked_conv_step(problem, chunk, *plans->full, plans->tail.get(), rig.libs.cudnn(), ptrs,
                                     rig.ws.buffer.get(), rig.stream);
   };
   GPULAB_ASSIGN_OR_RETURN(const std::optional<double> ms,
@@ -590,14 +605,34 @@ Status check_runs_at_max_batch(const SelectionContext& c, const std::string& tac
 }
 
 // The tactic of one conv step, chosen at c.batch; when that is smaller than the plan's max batch,
-// checked there, and where it does not run there, cuDNN's first candidate that builds for the max
-// batch (else the direct convolution).
+// checked there. Where a cuDNN tactic does not run there (mostly its workspace: it grows with the
+// batch, while the memory left shrinks), the same tactic in chunks of c.batch images, as it was
+// timed (unless batch chunks are off); else cuDNN's first candidate that builds for the max batch
+// (else the direct convolution).
+// The first candidate is a poor stand-in in FP32: falling back to it is the likely reason ResNet-18
+// FP32 ran 5.7x slower at batch 12288 than at 8192 on an H100 (docs/performance.md, the sweep of
+// 2026-12-06).
 Status select_conv_tactic(const SelectionContext& c, PlanStep& step, TacticReport& report) {
   GPULAB_TRY(choose_conv_tactic(c, step, report));
   if (c.batch >= c.plan.max_batch) return Status::ok();
   const cuda::ConvProblem full = conv_problem(c.plan, step, c.plan.max_batch);
   const Status runs = check_runs_at_max_batch(c, step.tactic, full);
   if (runs.is_ok()) return Status::ok();
+  if (conv_kernel_of_tactic(step.tactic) == ConvKernel::kCudnn &&
+      c.options.batch_chunks != BatchChunks::kOff) {
+    const auto chunked =
+        prepare_chunked(c, step, conv_problem(c.plan, step, c.batch), c.plan.max_batch, step.tactic);
+    if (chunked.is_ok()) {
+      log_info(
+          "tactics: {}: {} (chosen at batch {}) does not run at batch {}: {}; running it in chunks of {}",
+          step.name, step.tactic, c.batch, c.plan.max_batch, runs.message(), c.batch);
+      step.tactic = chunked_tactic(c.batch, step.tactic);
+      ++report.chunked_layers;
+      return Status::ok();
+    }
+    log_info("tactics: {}: {} does not run in chunks of {} either: {}", step.name, step.tactic, c.batch,
+             chunked.status().message());
+  }
   log_info(
       "tactics: {}: {} (chosen at batch {}) does not run at batch {}: {}; taking cuDNN's first candidate",
       step.name, step.tactic, c.batch, c.plan.max_batch, runs.message());
