@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -74,11 +75,13 @@ class CudaTarget final : public SweepTarget {
     build.precision = precision;
     build.max_batch = batch;
     build.device = options_.device;
-    if (build.time_tactics && build.tactic_batch == 0 && options_.timed_tactics_max_batch > 0 &&
-        batch > options_.timed_tactics_max_batch)
-      build.tactic_batch = options_.timed_tactics_max_batch;
+    int64_t& last_timed = last_timed_[precision];
+    if (build.time_tactics && build.tactic_batch == 0)
+      build.tactic_batch = sweep_tactic_batch(batch, last_timed, options_.timed_tactics_max_batch,
+                                              options_.timed_tactics_ratio);
     GPULAB_ASSIGN_OR_RETURN(engine_, Engine::build_from_onnx(options_.model_path, build));
     precision_ = precision;
+    if (build.time_tactics && build.tactic_batch == 0) last_timed = batch;
     tactics_ = !build.time_tactics ? "heuristic"
                : build.tactic_batch > 0 && build.tactic_batch < batch
                    ? fmt::format("timed at {}", build.tactic_batch)
@@ -275,6 +278,7 @@ class CudaTarget final : public SweepTarget {
   std::shared_ptr<Engine> engine_;
   Precision precision_ = Precision::kFp32;
   std::string tactics_;
+  std::map<Precision, int64_t> last_timed_;  // per precision, the last batch whose plan timed its tactics
   std::unique_ptr<measure::EngineStreams> streams_;
   std::function<void()> before_measure_;
   std::vector<LabelledImage> gate_images_;

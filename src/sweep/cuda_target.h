@@ -22,7 +22,22 @@ struct CudaTargetOptions {
   // cuDNN's heuristic first choice, used here before, ran FP32 ResNet-18 at 500 img/s on an H100
   // (bench/results/2026-12-05-eb666af). 0: time at every batch.
   int64_t timed_tactics_max_batch = 1024;
+  // Up to that batch, a plan times its own tactics only when its batch is at least this many times
+  // the last batch timed for its precision; the plans between take that batch's tactics (checked
+  // at their own). Timed builds at batch 2-512 were most of a ResNet-18 sweep's 1,243 s on an H100
+  // (bench/results/2026-12-06-9553f1d); with 4 the grow phase times 1, 4, 16, 64, 256 and 1024.
+  // 1: time at every batch.
+  int64_t timed_tactics_ratio = 4;
 };
+
+// The batch whose timed tactics the plan for `batch` takes (BuildOptions::tactic_batch), or 0 when
+// it times its own: `last_timed` is the last batch timed for the plan's precision (0: none yet).
+constexpr int64_t sweep_tactic_batch(int64_t batch, int64_t last_timed, int64_t up_to, int64_t ratio) {
+  if (up_to <= 0) return 0;
+  if (batch > up_to) return up_to;
+  if (ratio <= 1 || last_timed <= 0 || batch <= last_timed || batch >= last_timed * ratio) return 0;
+  return last_timed;
+}
 
 // Each point builds the plan for its precision and batch (kept when the next point of the same
 // precision fits in it), creates one ExecutionContext with its buffers, and measures with

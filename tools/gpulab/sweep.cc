@@ -52,6 +52,7 @@ struct SweepFlags {
   std::string telemetry = "auto";
   int sample_period_ms = 50;
   int64_t timed_tactics_max_batch = 1024;
+  int64_t timed_tactics_ratio = 4;
   std::string gpus;  // --gpus: "" (one GPU: --device), "all", "0,2"
   bool allow_power_limit_change = false;
   BuildFlags build;
@@ -120,6 +121,10 @@ Status check_flags(SweepFlags& f) {
     return Status::invalid_argument(
         fmt::format("--timed-tactics-up-to: {} is negative (0 = time tactics at every batch).",
                     f.timed_tactics_max_batch));
+  }
+  if (f.timed_tactics_ratio < 1) {
+    return Status::invalid_argument(fmt::format(
+        "--timed-tactics-ratio: {} is below 1 (1 = time tactics at every batch).", f.timed_tactics_ratio));
   }
   if (f.sample_period_ms < 1) {
     return Status::invalid_argument(fmt::format("--sample-period-ms: {} is below 1.", f.sample_period_ms));
@@ -295,12 +300,13 @@ int run_sweep_command(SweepFlags f) {
       build.timing_cache_path = f.json_path + ".timing-cache";
     }
     for (uint32_t d : devices) {
-      GPULAB_ASSIGN_OR_REPORT(
-          auto cuda, sweep::make_cuda_target({.model_path = o.model_path,
-                                              .build = build,
-                                              .device = static_cast<int>(d),
-                                              .include_transfers = o.include_transfers,
-                                              .timed_tactics_max_batch = f.timed_tactics_max_batch}));
+      GPULAB_ASSIGN_OR_REPORT(auto cuda,
+                              sweep::make_cuda_target({.model_path = o.model_path,
+                                                       .build = build,
+                                                       .device = static_cast<int>(d),
+                                                       .include_transfers = o.include_transfers,
+                                                       .timed_tactics_max_batch = f.timed_tactics_max_batch,
+                                                       .timed_tactics_ratio = f.timed_tactics_ratio}));
       per_gpu.push_back(std::move(cuda));
     }
     result.model = o.model_path;
@@ -507,6 +513,12 @@ void add_sweep_command(CLI::App& app) {
          "--timed-tactics-up-to", flags->timed_tactics_max_batch,
          "Plans above this batch use the tactics timed at this batch (checked at their own) instead of "
          "timing each candidate again (0: time at every batch)")
+      ->capture_default_str();
+  sub->add_option(
+         "--timed-tactics-ratio", flags->timed_tactics_ratio,
+         "Up to --timed-tactics-up-to, time a plan's tactics only when its batch is at least this many "
+         "times the last batch timed; the batches between use that batch's tactics (checked at their "
+         "own). 1: time at every batch")
       ->capture_default_str();
   add_build_flags(sub, &flags->build);
   on_run(sub, [flags] {

@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "sweep/cuda_target.h"
 #include "sweep/multi_target.h"
 #include "sweep/simulated_target.h"
 
@@ -21,6 +22,37 @@ std::vector<int64_t> visit(int64_t max_batch, int64_t largest_fit, double tolera
     if (seen.size() > 100) break;
   }
   return seen;
+}
+
+// Which batch's timed tactics the CUDA target's plan at each batch of a search takes (0: its own),
+// following the target's bookkeeping: a plan that times its own becomes the last timed batch.
+std::vector<int64_t> tactic_batches(const std::vector<int64_t>& batches, int64_t up_to, int64_t ratio) {
+  std::vector<int64_t> from;
+  int64_t last_timed = 0;
+  for (int64_t b : batches) {
+    from.push_back(sweep_tactic_batch(b, last_timed, up_to, ratio));
+    if (from.back() == 0) last_timed = b;
+  }
+  return from;
+}
+
+TEST(SweepTacticBatch, TimesEveryFourthPowerOfTwoUpToTheLimitThenReusesIt) {
+  const std::vector<int64_t> grow{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 3072};
+  EXPECT_EQ(tactic_batches(grow, 1024, 4),
+            (std::vector<int64_t>{0, 1, 0, 4, 0, 16, 0, 64, 0, 256, 0, 1024, 1024, 1024}));
+  // Ratio 1 times every batch up to the limit (the behaviour before the ratio existed).
+  EXPECT_EQ(tactic_batches(grow, 1024, 1),
+            (std::vector<int64_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1024, 1024, 1024}));
+  // --timed-tactics-up-to 0 times at every batch, however large.
+  EXPECT_EQ(tactic_batches({1, 2, 65536}, 0, 4), (std::vector<int64_t>{0, 0, 0}));
+}
+
+TEST(SweepTacticBatch, AListOrABisectionBelowTheLastTimedBatchTimesItsOwn) {
+  // Explicit --batches spaced 8x apart: each is timed.
+  EXPECT_EQ(tactic_batches({1, 8, 64, 512}, 1024, 4), (std::vector<int64_t>{0, 0, 0, 0}));
+  // A smaller batch than the last timed one cannot take its tactics (BuildOptions::tactic_batch
+  // must be below the plan's batch): timed; 96 then follows 64 within 4x.
+  EXPECT_EQ(tactic_batches({256, 64, 96, 300}, 1024, 4), (std::vector<int64_t>{0, 0, 64, 0}));
 }
 
 TEST(BatchSearch, GrowsThenBisectsToWithinFivePercent) {
