@@ -477,25 +477,31 @@ def run_compile(module, x, eager_out, args, timer, batch) -> Cell:
         return Cell(error=first_line(e))
 
 
+def gpulab_bench_command(args, batch: int, precision: str, out_json: str, out_logits: Optional[str]) -> List[str]:
+    """The `gpulab bench` command line of a cell (bench/torchvision_bench.py runs the same)."""
+    command = [args.gpulab, "bench", "--model", args.model, "--batch", str(batch), "--precision", precision,
+               "--no-include-transfers", "--cuda-graph", "--warmup-ms", str(args.gpulab_warmup_ms),
+               "--min-duration-s", str(args.gpulab_min_duration_s),
+               "--min-iterations", str(args.iters), "--percentiles", "50,99", "--json", out_json]
+    if out_logits:
+        command += ["--save-output", out_logits]
+    if args.device.startswith("cuda:"):
+        command += ["--device", args.device.split(":", 1)[1]]
+    if args.gpulab_timing_cache:
+        command += ["--timing-cache", args.gpulab_timing_cache]
+    return command
+
+
 def run_gpulab(args, batch: int, precision: str, row: Row, reference: Optional[torch.Tensor]):
     """gpulab bench for the cell; `reference`: the FP32 CPU reference's logits on the first images
     of gpulab bench's own input (bench_input.py), against which its saved logits are checked."""
-    exe = args.gpulab
-    if not exe:
+    if not args.gpulab:
         row.cells["gpulab"] = Cell(error="no gpulab binary (pass --gpulab PATH)")
         return
     with tempfile.TemporaryDirectory() as tmp:
         out_json = os.path.join(tmp, "bench.json")
         out_logits = os.path.join(tmp, "logits.npy")
-        command = [exe, "bench", "--model", args.model, "--batch", str(batch), "--precision", precision,
-                   "--no-include-transfers", "--cuda-graph", "--warmup-ms", str(args.gpulab_warmup_ms),
-                   "--min-duration-s", str(args.gpulab_min_duration_s),
-                   "--min-iterations", str(args.iters), "--percentiles", "50,99", "--json", out_json,
-                   "--save-output", out_logits]
-        if args.device.startswith("cuda:"):
-            command += ["--device", args.device.split(":", 1)[1]]
-        if args.gpulab_timing_cache:
-            command += ["--timing-cache", args.gpulab_timing_cache]
+        command = gpulab_bench_command(args, batch, precision, out_json, out_logits)
         progress("gpulab: plan build (tactic timing), then timing")
         try:
             proc = subprocess.run(command, capture_output=True, text=True, timeout=args.gpulab_timeout_s)
