@@ -3,7 +3,7 @@
 # the gpu-labelled tests, the precision-agreement check on the ImageNet sample set, `gpulab bench`
 # on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
 # Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
-#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep crosscheck" bash bench/gpuhost_benchmarks.sh [budget_s]
+#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep torchvision crosscheck" bash bench/gpuhost_benchmarks.sh [budget_s]
 # COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # GPULAB_PREBUILT=file.xz: a gpulab binary an earlier call on the host built (and returned through
@@ -209,6 +209,23 @@ if has sweep; then
     tail -25 "$out/sweep_${name}.txt"
   done
   tar czf "$out/sweep-results.tgz" -C "$results" .
+fi
+if has torchvision; then
+  # bench/torchvision_bench.py: torchvision's classifiers (seeded, exported here with the host's
+  # torch) that the engine accepts, gpulab's FP32/FP16 error and GPU compute at batch 1 and 256
+  # against PyTorch's CUDA graph. The results file lives in the record folder of the day and commit
+  # (TORCHVISION_RESULTS, like SWEEP_RESULTS) and travels with the tree, so the next call goes on
+  # with the models not yet done; unpack $OUT/torchvision-results.tgz into it afterwards and commit
+  # it. TORCHVISION_ARGS adds flags (e.g. "--models resnet50,vit_b_16").
+  results=${TORCHVISION_RESULTS:-bench/results/$(date -u +%F)-${GPULAB_GIT_COMMIT:-$(git rev-parse --short=7 HEAD 2>/dev/null || echo nocommit)}}
+  mkdir -p "$results"
+  # shellcheck disable=SC2086 # TORCHVISION_ARGS is a list of arguments
+  timeout --kill-after=20 $(($(left) - 20)) python3 bench/torchvision_bench.py --gpulab "$gpulab" \
+    --results "$results/torchvision.json" --timing-cache /tmp/gpulab-timing-cache.json \
+    --budget-s $(($(left) - 40)) --profile-slow ${TORCHVISION_ARGS:-} > "$out/torchvision.txt" 2>&1
+  echo "torchvision_bench rc=$?"
+  python3 bench/torchvision_bench.py --results "$results/torchvision.json" --table | tee "$out/torchvision.md"
+  tar czf "$out/torchvision-results.tgz" -C "$results" .
 fi
 if has crosscheck; then
   # The sweep's NVML telemetry against nvidia-smi's own reading of the same seconds: one point
