@@ -39,6 +39,33 @@
 namespace gpulab::cli {
 namespace {
 
+#ifdef GPULAB_HAVE_RUNTIME
+// A sweep without --json or --timing-cache still needs a timing cache: the plans between its timed
+// batches and above --timed-tactics-up-to look up the timings of an earlier point. One in the
+// temporary directory, removed when the sweep ends (or a signal ends it).
+class ScratchTimingCache {
+ public:
+  ScratchTimingCache() : path_(scratch_path()), guard_(path_) {}
+  ~ScratchTimingCache() {
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+  }
+  ScratchTimingCache(const ScratchTimingCache&) = delete;
+  ScratchTimingCache& operator=(const ScratchTimingCache&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  static std::filesystem::path scratch_path() {
+    std::error_code ec;
+    std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+    if (ec) dir = "/tmp";
+    return dir / fmt::format("gpulab-sweep-{}.timing-cache", ::getpid());
+  }
+  std::filesystem::path path_;
+  TemporaryFileGuard guard_;
+};
+#endif
+
 struct SweepFlags {
   sweep::SweepOptions options;
   std::string precisions = "fp32,tf32,fp16,bf16";
@@ -252,6 +279,9 @@ int run_sweep_command(SweepFlags f) {
   GPULAB_TRY_CLI(check_flags(f));
   sweep::SweepOptions& o = f.options;
 
+#ifdef GPULAB_HAVE_RUNTIME
+  std::optional<ScratchTimingCache> scratch_cache;  // outlives the targets that write it
+#endif
   // NVML: telemetry, the environment block and the power-limit axis. Optional unless asked for.
   std::shared_ptr<telemetry::Telemetry> nvml;
   if (f.telemetry != "none" || !o.power_limits_w.empty()) {
@@ -298,6 +328,11 @@ int run_sweep_command(SweepFlags f) {
     GPULAB_ASSIGN_OR_REPORT(BuildOptions build, build_options_from(f.build));
     if (build.timing_cache_path.empty() && !f.json_path.empty()) {
       build.timing_cache_path = f.json_path + ".timing-cache";
+    } else if (build.timing_cache_path.empty() && build.time_tactics) {
+      scratch_cache.emplace();
+      build.timing_cache_path = scratch_cache->path().string();
+      log_info("sweep: timing cache {} (removed at the end; --timing-cache keeps one)",
+               build.timing_cache_path);
     }
     for (uint32_t d : devices) {
       GPULAB_ASSIGN_OR_REPORT(auto cuda,
