@@ -431,18 +431,25 @@ def run_torch(args, batch: int, precision: str, reference: torch.Tensor, x_cpu: 
     return row
 
 
+def capture_graph(module, static_x):
+    """(graph, static_out): module(static_x) captured in a CUDA graph after three warm-up calls on a
+    side stream; graph.replay() recomputes static_out from static_x's current contents."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            module(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = module(static_x)
+    return graph, static_out
+
+
 def run_graph(module, x, eager_out, args) -> Cell:
     try:
         static_x = x.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                module(static_x)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = module(static_x)
+        graph, static_out = capture_graph(module, static_x)
         graph.replay()
         torch.cuda.synchronize()
         err = rel_error(static_out, eager_out) if eager_out is not None else None

@@ -3,7 +3,7 @@
 # the gpu-labelled tests, the precision-agreement check on the ImageNet sample set, `gpulab bench`
 # on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
 # Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
-#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep torchvision crosscheck" bash bench/gpuhost_benchmarks.sh [budget_s]
+#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep torchvision pipeline crosscheck" bash bench/gpuhost_benchmarks.sh [budget_s]
 # COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # GPULAB_PREBUILT=file.xz: a gpulab binary an earlier call on the host built (and returned through
@@ -226,6 +226,32 @@ if has torchvision; then
   echo "torchvision_bench rc=$?"
   python3 bench/torchvision_bench.py --results "$results/torchvision.json" --table | tee "$out/torchvision.md"
   tar czf "$out/torchvision-results.tgz" -C "$results" .
+fi
+if has pipeline; then
+  # bench/compare_pipeline.py (issue 29): `gpulab pipeline` against PyTorch's DataLoader and its
+  # nvJPEG decode on the same files, end to end, for each of PIPELINE_MODELS ("mnv2 r18"), FP16 at
+  # batch 256, over the sample photos; PIPELINE_FULLSIZE=1 adds MobileNetV2 over 200 larger JPEGs
+  # (bench/pipeline/make_fullsize_jpegs.py, 1024x768). PIPELINE_ARGS adds flags (e.g. "--loop 20").
+  for name in ${PIPELINE_MODELS:-mnv2 r18}; do
+    m=$(model_path "$name") || continue
+    [ "$(left)" -lt 60 ] && break
+    # shellcheck disable=SC2086 # PIPELINE_ARGS is a list of arguments
+    timeout $(($(left) - 20)) python3 bench/compare_pipeline.py "$m" --gpulab "$gpulab" \
+      --images "$GPULAB_DATASET_DIR/images" --precision fp16 --batch 256 --json "$out/pipeline_$name.json" \
+      ${PIPELINE_ARGS:-} > "$out/pipeline_$name.txt" 2>&1
+    echo "pipeline $name rc=$?"
+    tail -15 "$out/pipeline_$name.txt"
+  done
+  if [ -n "${PIPELINE_FULLSIZE:-}" ] && [ "$(left)" -gt 90 ]; then
+    python3 bench/pipeline/make_fullsize_jpegs.py --out /tmp/gpulab-fullsize --count 200 \
+      --source "$GPULAB_DATASET_DIR/images" > "$out/fullsize.log" 2>&1
+    # shellcheck disable=SC2086
+    timeout $(($(left) - 20)) python3 bench/compare_pipeline.py "$mnv2" --gpulab "$gpulab" \
+      --images /tmp/gpulab-fullsize --precision fp16 --batch 256 --json "$out/pipeline_mnv2_fullsize.json" \
+      ${PIPELINE_ARGS:-} > "$out/pipeline_mnv2_fullsize.txt" 2>&1
+    echo "pipeline mnv2 fullsize rc=$?"
+    tail -15 "$out/pipeline_mnv2_fullsize.txt"
+  fi
 fi
 if has crosscheck; then
   # The sweep's NVML telemetry against nvidia-smi's own reading of the same seconds: one point
