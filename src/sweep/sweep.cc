@@ -627,6 +627,9 @@ int64_t estimate_remaining_points(const SweepOptions& options, const SweepResult
 
 namespace {
 
+// Below this top-1 accuracy on the gate's labels, a model's weights look untrained.
+constexpr double kNearChanceTop1 = 0.05;
+
 PrecisionRecommendation recommend_one(const SweepOptions& options, const SweepResult& result, Precision p,
                                       std::optional<double> power_limit) {
   PrecisionRecommendation rec{.precision = p, .power_limit_w = power_limit};
@@ -658,6 +661,15 @@ PrecisionRecommendation recommend_one(const SweepOptions& options, const SweepRe
     rec.excluded =
         fmt::format("accuracy gate: top-1 agreement with FP32 {:.2f}% < {:.2f}% on {} images",
                     rec.accuracy->agreement * 100, options.accuracy_gate * 100, rec.accuracy->images);
+    // Untrained weights (the seeded fixtures: 0.2% on the ImageNet sample) put the logits so close
+    // together that any rounding flips the top class of some images: the gate then says little about
+    // the precision, and the user should hear why it failed.
+    if (const auto& top1 = rec.accuracy->top1_accuracy; top1 && *top1 < kNearChanceTop1)
+      rec.excluded += fmt::format(
+          " (top-1 accuracy against the labels {:.1f}%, near chance: untrained weights give near-tied "
+          "logits that rounding flips, so the gate says little about this model; without --dataset "
+          "there is no gate)",
+          *top1 * 100);
   } else if (fits.empty()) {
     rec.excluded = "no batch was measured";
   } else if (candidates.empty()) {

@@ -222,6 +222,27 @@ TEST(Sweep, RecommendsTheBestBatchUnderTheBudgetAndTheKnee) {
   EXPECT_EQ(bf16.excluded, "accuracy gate: top-1 agreement with FP32 97.00% < 99.00% on 5 images");
 }
 
+TEST(Sweep, AGateFailedOnAnUntrainedModelSaysWhy) {
+  SimulatedTarget target(scenario(), "sim");
+  SweepOptions o = options();
+  o.dataset_dir = GPULAB_SOURCE_DIR "/data/images";
+  SweepRun r = run(o, target);
+  ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+  ASSERT_TRUE(r.result.accuracy.contains("bf16"));
+  // Trained weights (or no labels): the plain message. Near chance (the seeded ResNet-18 scored
+  // 0.2% on the ImageNet sample): the reason the gate failed, and how to run without it.
+  r.result.accuracy["bf16"].top1_accuracy = 0.70;
+  EXPECT_EQ(recommend(o, r.result)[1].excluded,
+            "accuracy gate: top-1 agreement with FP32 97.00% < 99.00% on 5 images");
+  r.result.accuracy["bf16"].top1_accuracy = 0.002;
+  const std::string excluded = recommend(o, r.result)[1].excluded;
+  EXPECT_TRUE(
+      excluded.starts_with("accuracy gate: top-1 agreement with FP32 97.00% < 99.00% on 5 images "
+                           "(top-1 accuracy against the labels 0.2%, near chance"))
+      << excluded;
+  EXPECT_NE(excluded.find("without --dataset there is no gate"), std::string::npos) << excluded;
+}
+
 TEST(Sweep, SaysWhyNoBatchFitsTheBudget) {
   SimulatedTarget target(scenario(), "sim");
   SweepOptions o = options();
