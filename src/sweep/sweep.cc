@@ -492,6 +492,7 @@ struct Runner {
       } else {
         if (context.on_point_start) context.on_point_start(result, p, *batch, phase);
         result.points.push_back(run_point(p, *batch, power_limit, phase));
+        warn_of_throughput_drop(result.points);
         publish();
       }
       const SweepPoint& point = result.points.back();
@@ -621,6 +622,26 @@ int64_t estimate_remaining_points(const SweepOptions& options, const SweepResult
       finished_runs > 0 ? (finished_points + finished_runs - 1) / finished_runs : per_precision_default;
   remaining += std::max<int64_t>(0, not_started) * per_run;
   return std::max<int64_t>(1, remaining);
+}
+
+void warn_of_throughput_drop(std::vector<SweepPoint>& points) {
+  if (points.empty() || !points.back().bench) return;
+  SweepPoint& last = points.back();
+  const SweepPoint* best = nullptr;
+  for (size_t i = 0; i + 1 < points.size(); ++i) {
+    const SweepPoint& q = points[i];
+    if (q.precision != last.precision || q.power_limit_w != last.power_limit_w || !q.bench ||
+        q.batch >= last.batch)
+      continue;
+    if (!best || q.bench->throughput_ips > best->bench->throughput_ips) best = &q;
+  }
+  if (!best || last.bench->throughput_ips >= 0.5 * best->bench->throughput_ips) return;
+  last.bench->warnings.push_back(fmt::format(
+      "throughput drop: {:.0f} img/s, {:.0f}% of batch {}'s {:.0f} img/s. A larger batch is not slower per "
+      "image on its own: this plan runs slower kernels (tactics: {}; near the memory limit a tactic's "
+      "workspace may not fit); `gpulab build --max-batch {} -v` logs each layer's tactic and fallback.",
+      last.bench->throughput_ips, 100 * last.bench->throughput_ips / best->bench->throughput_ips, best->batch,
+      best->bench->throughput_ips, last.plan.tactics.empty() ? "-" : last.plan.tactics, last.batch));
 }
 
 // ---- Recommendation --------------------------------------------------------------------------------

@@ -312,6 +312,12 @@ Status run_sweep(const SweepOptions& options, const SweepContext& context, Sweep
 // plus a bisection). At least 1 while the sweep runs.
 int64_t estimate_remaining_points(const SweepOptions& options, const SweepResult& result);
 
+// When the last of `points` (measured) has less than half the throughput of a smaller batch of the
+// same precision and power limit, a warning on it saying so: a larger batch's plan that runs slower
+// kernels, not a limit of the GPU (ResNet-18 FP32 fell from 11.0k to 1.9k img/s at batch 12288 on
+// an H100, bench/results/2026-12-06-9553f1d). Nothing for the other points.
+void warn_of_throughput_drop(std::vector<SweepPoint>& points);
+
 // Best and knee batch per precision from the points (see docs/metrics.md).
 std::vector<PrecisionRecommendation> recommend(const SweepOptions& options, const SweepResult& result);
 

@@ -2,6 +2,7 @@
 // recommendation, --resume and the JSON, all without a GPU.
 #include "sweep/sweep.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <set>
@@ -554,6 +555,38 @@ TEST(SweepTable, SaysWhereTheTimeWent) {
                                   "timed windows 2.0 s + the rest 6.0 s"),
       std::string::npos)
       << format_sweep(r.result);
+}
+
+TEST(SweepTable, WarnsOfALargerBatchWithHalfTheThroughput) {
+  SimulatedTarget target(scenario(), "sim");
+  SweepOptions o = options();
+  o.precisions = {Precision::kFp16};
+  o.batches = {1, 8, 64};
+  SweepRun r = run(o, target);
+  ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+  ASSERT_EQ(r.result.points.size(), 3u);
+  for (SweepPoint& p : r.result.points) p.bench->warnings.clear();
+  // The simulation's throughput grows with the batch: no warning.
+  warn_of_throughput_drop(r.result.points);
+  EXPECT_TRUE(r.result.points[2].bench->warnings.empty());
+  // Batch 64 at a third of batch 8's throughput (as FP32 ResNet-18 at 12288 against 8192): warned,
+  // naming the batch it fell from; the table lists it under Warnings.
+  const double at8 = r.result.points[1].bench->throughput_ips;
+  r.result.points[2].bench->throughput_ips = at8 / 3;
+  r.result.points[2].plan.tactics = "timed at 8";
+  warn_of_throughput_drop(r.result.points);
+  ASSERT_EQ(r.result.points[2].bench->warnings.size(), 1u);
+  const std::string& w = r.result.points[2].bench->warnings[0];
+  EXPECT_TRUE(w.starts_with(fmt::format("throughput drop: {:.0f} img/s, 33% of batch 8's", at8 / 3))) << w;
+  EXPECT_NE(w.find("tactics: timed at 8"), std::string::npos) << w;
+  EXPECT_NE(format_sweep(r.result).find("Warnings:\n  fp16 batch 64: throughput drop"), std::string::npos)
+      << format_sweep(r.result);
+  // Another precision's faster points do not count.
+  r.result.points[1].precision = Precision::kBf16;
+  r.result.points[2].bench->warnings.clear();
+  r.result.points[0].bench->throughput_ips = at8 / 3;
+  warn_of_throughput_drop(r.result.points);
+  EXPECT_TRUE(r.result.points[2].bench->warnings.empty());
 }
 
 }  // namespace
