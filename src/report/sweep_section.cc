@@ -440,6 +440,23 @@ Section sweep_section(const Input& input, const SweepResult& s, const std::strin
     }
     sec.blocks.push_back(html_block("<h3>What limits each batch</h3>\n" + verdict_table(curves)));
   }
+  if (const sweep::PointWarnings w = sweep::point_warnings(s); !w.listed.empty() || w.unstable > 0) {
+    std::string block = "<h3>Warnings</h3>\n";
+    if (!w.listed.empty()) {
+      block += "<ul>\n";
+      for (const auto& [p, text] : w.listed)
+        block += fmt::format("<li>{} batch {}: {}</li>\n",
+                             html::escape(curve_name(p->precision, p->power_limit_w)), p->batch,
+                             html::escape(text));
+      block += "</ul>\n";
+    }
+    if (w.unstable > 0)
+      block += note(fmt::format(
+          "{} of {} measured points were unstable (GPU compute's coefficient of variation above the "
+          "threshold): their medians may not repeat.",
+          w.unstable, w.measured));
+    sec.blocks.push_back(html_block(block));
+  }
   sec.blocks.push_back(html_block(html::details(
       fmt::format("Every point ({} rows, the sweep's CSV)", s.points.size()), points_table(s))));
 

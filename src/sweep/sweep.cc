@@ -644,6 +644,23 @@ void warn_of_throughput_drop(std::vector<SweepPoint>& points) {
       best->bench->throughput_ips, last.plan.tactics.empty() ? "-" : last.plan.tactics, last.batch));
 }
 
+PointWarnings point_warnings(const SweepResult& result) {
+  PointWarnings w;
+  for (const SweepPoint& p : result.points) {
+    if (!p.bench) continue;
+    ++w.measured;
+    bool unstable = false;
+    for (const std::string& text : p.bench->warnings) {
+      if (text.starts_with("unstable:"))
+        unstable = true;
+      else
+        w.listed.emplace_back(&p, text);
+    }
+    w.unstable += unstable;
+  }
+  return w;
+}
+
 // ---- Recommendation --------------------------------------------------------------------------------
 
 namespace {

@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -317,6 +318,15 @@ int64_t estimate_remaining_points(const SweepOptions& options, const SweepResult
 // kernels, not a limit of the GPU (ResNet-18 FP32 fell from 11.0k to 1.9k img/s at batch 12288 on
 // an H100, bench/results/2026-12-06-9553f1d). Nothing for the other points.
 void warn_of_throughput_drop(std::vector<SweepPoint>& points);
+
+// The points' warnings worth reading one by one, in order (a throughput drop, dropped samples...),
+// and how many of the measured points only say they are unstable, a note that a power cap makes
+// common and that the printout and the report count instead of repeating.
+struct PointWarnings {
+  std::vector<std::pair<const SweepPoint*, std::string>> listed;
+  int unstable = 0, measured = 0;
+};
+PointWarnings point_warnings(const SweepResult& result);
 
 // Best and knee batch per precision from the points (see docs/metrics.md).
 std::vector<PrecisionRecommendation> recommend(const SweepOptions& options, const SweepResult& result);

@@ -810,28 +810,16 @@ std::string format_sweep(const SweepResult& s) {
       out += fmt::format("      also {}: {}\n", verdict_name(p.verdicts[i].kind), p.verdicts[i].evidence);
     }
   }
-  // The points' warnings; the unstable ones (usual under a power cap) counted rather than repeated.
-  int unstable = 0, measured = 0;
-  std::string listed;
-  for (const SweepPoint& p : s.points) {
-    if (!p.bench) continue;
-    ++measured;
-    for (const std::string& w : p.bench->warnings) {
-      if (w.starts_with("unstable:")) {
-        ++unstable;
-        continue;
-      }
-      listed += fmt::format("  {} batch {}{}: {}\n", precision_name(p.precision), p.batch,
-                            p.power_limit_w ? fmt::format(" at {:.0f} W", *p.power_limit_w) : "", w);
-    }
-  }
-  if (!listed.empty() || unstable > 0) {
-    out += "\nWarnings:\n" + listed;
-    if (unstable > 0)
+  if (const PointWarnings w = point_warnings(s); !w.listed.empty() || w.unstable > 0) {
+    out += "\nWarnings:\n";
+    for (const auto& [p, text] : w.listed)
+      out += fmt::format("  {} batch {}{}: {}\n", precision_name(p->precision), p->batch,
+                         p->power_limit_w ? fmt::format(" at {:.0f} W", *p->power_limit_w) : "", text);
+    if (w.unstable > 0)
       out += fmt::format(
           "  {} of {} measured points unstable (GPU compute's coefficient of variation above the threshold; "
           "each point's warning is in the JSON): their medians may not repeat\n",
-          unstable, measured);
+          w.unstable, w.measured);
   }
   if (std::any_of(s.points.begin(), s.points.end(), [](const SweepPoint& p) { return !p.per_gpu.empty(); })) {
     out +=

@@ -579,6 +579,38 @@ TEST(ReportPage, ASweepUnderSeveralPowerLimitsHasACurvePerLimit) {
   EXPECT_NE(out->html.find("fp16 @ 200 W"), std::string::npos);
 }
 
+TEST(ReportPage, ASweepsWarningsAreListedAndItsUnstablePointsCounted) {
+  auto scenario = sweep::load_scenario(testing::source_dir() / "tests/fixtures/sweep/resnet18_like.json");
+  ASSERT_TRUE(scenario.is_ok());
+  sweep::SimulatedTarget target(*scenario, "sim");
+  sweep::SweepOptions o;
+  o.precisions = {Precision::kFp32};
+  o.batches = {8, 64, 256};
+  o.bench.min_duration_s = 0.02;
+  o.bench.warmup_ms = 0;
+  sweep::SweepResult result;
+  result.options = o;
+  ASSERT_TRUE(sweep::run_sweep(o, {.target = &target, .telemetry = &target}, result).is_ok());
+  ASSERT_EQ(result.points.size(), 3u);
+  for (sweep::SweepPoint& p : result.points) p.bench->warnings.clear();
+  result.points[0].bench->warnings.push_back("unstable: GPU compute time varies by 3.0%");
+  result.points[2].bench->warnings = {"unstable: GPU compute time varies by 4.0%",
+                                      "throughput drop: <made up>"};
+  auto in = parse_input("warned.json", sweep::to_json(result).dump());
+  ASSERT_TRUE(in.is_ok()) << in.status().to_string();
+  auto out = build_report(std::span(&*in, 1), {});
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_NE(
+      out->html.find("<h3>Warnings</h3>\n<ul>\n<li>fp32 batch 256: throughput drop: &lt;made up&gt;</li>"),
+      std::string::npos);
+  EXPECT_NE(out->html.find("2 of 3 measured points were unstable"), std::string::npos);
+  EXPECT_NE(
+      sweep::format_sweep(result).find("  fp32 batch 256: throughput drop: <made up>\n  2 of 3 measured "
+                                       "points unstable"),
+      std::string::npos)
+      << sweep::format_sweep(result);
+}
+
 TEST(ReportPage, WritesAtomicallyAndRefusesAFileAsTheCsvFolder) {
   const fs::path dir = fs::temp_directory_path() / ("gpulab-report-test-" + std::to_string(::getpid()));
   fs::create_directories(dir);
