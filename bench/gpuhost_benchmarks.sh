@@ -95,10 +95,29 @@ if has tests; then
   # the only stage.
   tests_s=$(($(left) * 2 / 5))
   [ "$stages" = " tests " ] && tests_s=$(($(left) - 10))
-  timeout $tests_s ctest --test-dir "$build" -L gpu -E "AccuracyGpu${TESTS_EXCLUDE:+|$TESTS_EXCLUDE}" ${TESTS_REGEX:+-R "$TESTS_REGEX"} --output-on-failure --timeout 200 \
-    > "$out/ctest_gpu.log" 2>&1
-  echo "gpu tests done at $(($(date +%s) - start)) s"
-  grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|\(Failed\)|\(Skipped\)" "$out/ctest_gpu.log" | head -30
+  if [ -n "${GPULAB_PREBUILT_TESTS:-}" ]; then
+    # Test binaries scripts/gpuhost-prebuild.sh built on the development machine (<name>.xz in that
+    # folder), each run whole, or with TESTS_FILTER as its --gtest_filter, against the fixtures
+    # exported above.
+    export GPULAB_MODEL_FIXTURES=$PWD/$build/fixtures
+    tests_end=$(($(date +%s) + tests_s))
+    for f in "$GPULAB_PREBUILT_TESTS"/*_test.xz; do
+      [ -e "$f" ] || { echo "gpuhost_benchmarks: no *_test.xz in $GPULAB_PREBUILT_TESTS"; break; }
+      t=$(basename "$f" .xz)
+      xz -dc "$f" > "$build/$t" && chmod +x "$build/$t" || { echo "$t: cannot unpack $f"; continue; }
+      t_left=$((tests_end - $(date +%s)))
+      [ "$t_left" -lt 20 ] && { echo "$t: not run (the stage's time is up)"; continue; }
+      timeout $((t_left < 200 ? t_left : 200)) "$build/$t" ${TESTS_FILTER:+--gtest_filter="$TESTS_FILTER"} \
+        > "$out/$t.log" 2>&1
+      echo "$t rc=$? at $(($(date +%s) - start)) s: $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/$t.log" | tr '\n' ' ')"
+      grep -E "^\[  FAILED  \] [A-Za-z]|^\[  SKIPPED \] [A-Za-z]" "$out/$t.log" | head -10
+    done
+  else
+    timeout $tests_s ctest --test-dir "$build" -L gpu -E "AccuracyGpu${TESTS_EXCLUDE:+|$TESTS_EXCLUDE}" ${TESTS_REGEX:+-R "$TESTS_REGEX"} --output-on-failure --timeout 200 \
+      > "$out/ctest_gpu.log" 2>&1
+    echo "gpu tests done at $(($(date +%s) - start)) s"
+    grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|\(Failed\)|\(Skipped\)" "$out/ctest_gpu.log" | head -30
+  fi
 fi
 if has accuracy; then
   timeout 150 "$build/tests/gpu/accuracy/accuracy_gpu_test" 2>&1 | tee "$out/accuracy.log" | grep -vE "^\[ (RUN|  +OK) "
