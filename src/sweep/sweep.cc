@@ -644,6 +644,20 @@ void warn_of_throughput_drop(std::vector<SweepPoint>& points) {
       best->bench->throughput_ips, last.plan.tactics.empty() ? "-" : last.plan.tactics, last.batch));
 }
 
+SweepTime sweep_time(const SweepResult& result) {
+  SweepTime t;
+  for (const SweepPoint& p : result.points) {
+    if (p.plan.source == "build") {
+      t.builds += p.plan.seconds;
+      ++t.plans;
+    }
+    if (p.bench) t.windows += p.bench->wall_s;
+  }
+  for (const auto& [precision, a] : result.accuracy) t.gates += a.seconds;
+  t.rest = std::max(0.0, result.seconds - t.builds - t.windows - t.gates);
+  return t;
+}
+
 PointWarnings point_warnings(const SweepResult& result) {
   PointWarnings w;
   for (const SweepPoint& p : result.points) {

@@ -319,6 +319,15 @@ int64_t estimate_remaining_points(const SweepOptions& options, const SweepResult
 // an H100, bench/results/2026-12-06-9553f1d). Nothing for the other points.
 void warn_of_throughput_drop(std::vector<SweepPoint>& points);
 
+// Where a sweep's time went (seconds): plan builds (tactic timing: most of a ResNet-18 sweep on an
+// H100, bench/results/2026-12-06-9553f1d) and how many, the accuracy gates, the timed windows, and
+// the rest (warm-ups, contexts, out-of-memory attempts, ceilings).
+struct SweepTime {
+  double builds = 0, gates = 0, windows = 0, rest = 0;
+  int plans = 0;
+};
+SweepTime sweep_time(const SweepResult& result);
+
 // The points' warnings worth reading one by one, in order (a throughput drop, dropped samples...),
 // and how many of the measured points only say they are unstable, a note that a power cap makes
 // common and that the printout and the report count instead of repeating.

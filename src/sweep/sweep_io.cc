@@ -730,26 +730,12 @@ std::string mib(const std::optional<int64_t>& bytes) {
   return fmt::format("{:.0f}", static_cast<double>(*bytes) / (1 << 20));
 }
 
-// Where the sweep's time went: plan builds (tactic timing: most of a ResNet-18 sweep on an H100,
-// bench/results/2026-12-06-9553f1d), the accuracy gates, the timed windows, and the rest
-// (warm-ups, contexts, out-of-memory attempts, ceilings, the bisection's failed builds).
 std::string time_breakdown(const SweepResult& s) {
-  double builds = 0, windows = 0, gates = 0;
-  int built = 0;
-  for (const SweepPoint& p : s.points) {
-    if (p.plan.source == "build") {
-      builds += p.plan.seconds;
-      ++built;
-    }
-    if (p.bench) windows += p.bench->wall_s;
-  }
-  for (const auto& [precision, a] : s.accuracy) gates += a.seconds;
-  const double rest = std::max(0.0, s.seconds - builds - windows - gates);
+  const SweepTime t = sweep_time(s);
   return fmt::format(
-      "Time: {:.1f} s = plan builds {:.1f} s ({} plan{}) + accuracy gates {:.1f} s + timed windows {:.1f} s "
-      "+ "
-      "the rest {:.1f} s (warm-ups, contexts, out-of-memory attempts, ceilings)\n",
-      s.seconds, builds, built, built == 1 ? "" : "s", gates, windows, rest);
+      "Time: {:.1f} s = plan builds {:.1f} s ({} plan{}) + accuracy gates {:.1f} s + "
+      "timed windows {:.1f} s + the rest {:.1f} s (warm-ups, contexts, out-of-memory attempts, ceilings)\n",
+      s.seconds, t.builds, t.plans, t.plans == 1 ? "" : "s", t.gates, t.windows, t.rest);
 }
 
 }  // namespace

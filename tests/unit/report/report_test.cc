@@ -604,6 +604,7 @@ TEST(ReportPage, ASweepsWarningsAreListedAndItsUnstablePointsCounted) {
       out->html.find("<h3>Warnings</h3>\n<ul>\n<li>fp32 batch 256: throughput drop: &lt;made up&gt;</li>"),
       std::string::npos);
   EXPECT_NE(out->html.find("2 of 3 measured points were unstable"), std::string::npos);
+  EXPECT_NE(out->html.find("Where the time went: plan builds"), std::string::npos);
   EXPECT_NE(
       sweep::format_sweep(result).find("  fp32 batch 256: throughput drop: <made up>\n  2 of 3 measured "
                                        "points unstable"),
