@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <memory>
@@ -889,9 +890,14 @@ bool fuse_stem_pool(Plan& plan, const std::function<bool(const PlanStep& stem)>&
       conv.conv.activation != Activation::kRelu || pool.kind != StepKind::kMaxPool ||
       pool.inputs != std::vector<int>{conv.output})
     return false;
-  for (size_t i = 3; i < plan.steps.size(); ++i)
-    for (int v : plan.steps[i].inputs)
-      if (v == in.output || v == conv.output) return false;
+  // Whether a step from `first` on reads one of `values`.
+  const auto read_from = [&plan](size_t first, std::initializer_list<int> values) {
+    for (size_t i = first; i < plan.steps.size(); ++i)
+      for (int v : plan.steps[i].inputs)
+        if (std::find(values.begin(), values.end(), v) != values.end()) return true;
+    return false;
+  };
+  if (read_from(3, {in.output, conv.output})) return false;
   PlanStep stem = conv;
   stem.kind = StepKind::kStem;
   stem.name = conv.name + "+" + pool.name;
@@ -904,11 +910,10 @@ bool fuse_stem_pool(Plan& plan, const std::function<bool(const PlanStep& stem)>&
   stem.tactic.clear();
   // The pool's float16 output cast to bfloat16 by the next step, its only reader.
   const PlanStep& cast = plan.steps[3];
-  bool with_cast = cast.kind == StepKind::kCast && cast.inputs == std::vector<int>{pool.output} &&
-                   plan.values[pool.output].dtype == DataType::kFloat16 &&
-                   plan.values[cast.output].dtype == DataType::kBFloat16;
-  for (size_t i = 4; with_cast && i < plan.steps.size(); ++i)
-    for (int v : plan.steps[i].inputs) with_cast = with_cast && v != pool.output;
+  const bool with_cast = cast.kind == StepKind::kCast && cast.inputs == std::vector<int>{pool.output} &&
+                         plan.values[pool.output].dtype == DataType::kFloat16 &&
+                         plan.values[cast.output].dtype == DataType::kBFloat16 &&
+                         !read_from(4, {pool.output});
   if (with_cast) {
     PlanStep to_bf16 = stem;
     to_bf16.output = cast.output;
