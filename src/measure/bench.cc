@@ -208,11 +208,11 @@ Result<BenchResult> make_bench_result(const BenchOptions& options, std::vector<I
   const double compute = r.gpu_compute_ms.median;
   if (r.gpu_compute_ms.cov > kUnstableCov) {
     r.warnings.push_back(
-        fmt::format("unstable: GPU compute time varies by {:.1f}% (coefficient of variation; above {:.1f}%), "
+        fmt::format("{} GPU compute time varies by {:.1f}% (coefficient of variation; above {:.1f}%), "
                     "so the medians and throughput may not repeat. gpulab locks nothing (clocks, power): "
                     "close other GPU work, let the GPU reach a steady temperature, and raise "
                     "--min-duration-s.",
-                    r.gpu_compute_ms.cov * 100, kUnstableCov * 100));
+                    kUnstableWarning, r.gpu_compute_ms.cov * 100, kUnstableCov * 100));
   }
   if (r.enqueue_ms.median >= compute) {
     r.warnings.push_back(

@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -216,6 +217,8 @@ Result<BenchResult> run_bench_loop(const BenchOptions& options, const BenchHooks
 
 // Thresholds of the warnings.
 inline constexpr double kUnstableCov = 0.025;  // GPU compute time CoV above 2.5%
+// How that warning starts (gpulab sweep counts the unstable points instead of listing each).
+inline constexpr std::string_view kUnstableWarning = "unstable:";
 
 // Builds a result from measured iterations: summaries, throughput (from `wall_s`) and the
 // warnings (unstable, enqueue-bound, transfer-bound; see docs/metrics.md). kInvalidArgument for

@@ -665,7 +665,7 @@ PointWarnings point_warnings(const SweepResult& result) {
     ++w.measured;
     bool unstable = false;
     for (const std::string& text : p.bench->warnings) {
-      if (text.starts_with("unstable:"))
+      if (text.starts_with(measure::kUnstableWarning))
         unstable = true;
       else
         w.listed.emplace_back(&p, text);
