@@ -80,6 +80,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare_pytorch as cp  # noqa: E402 - beside this script: the ONNX interpreter, CUDA graphs, timing
+import grid  # noqa: E402 - beside this script (standard library only): write_json
 from torchvision_bench import git_commit, last_line  # noqa: E402 - beside this script (standard library only)
 
 try:  # the PyTorch modes need them; gpulab's mode runs without
@@ -755,10 +756,7 @@ def write_json(results: Dict[str, ModeResult], args, env: dict) -> None:
            "preprocess": {**asdict(args.preset_spec), "describe": args.preset_spec.describe()},
            "modes_asked": args.modes, "environment": env,
            "results": {m: asdict(r) for m, r in results.items()}, **ratios(results)}
-    tmp = args.json + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
-    os.replace(tmp, args.json)
+    grid.write_json(args.json, doc)
 
 
 # ---- Main ----------------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_input import bench_input  # noqa: E402 - beside this script
+from grid import write_json as write_json_atomic  # noqa: E402 - beside this script (standard library only)
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -661,10 +662,7 @@ def write_json(rows: List[Row], args, env: dict) -> None:
            "method": "median of per-iteration CUDA events, inputs on the device, after warm-up",
            "iters": args.iters, "warmup": args.warmup, "compile_mode": args.compile_mode,
            "environment": env, "rows": [asdict(r) for r in rows]}
-    tmp = args.json + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
-    os.replace(tmp, args.json)
+    write_json_atomic(args.json, doc)
 
 
 def main(argv=None) -> int:

@@ -62,6 +62,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
+import grid  # noqa: E402 - beside this script (standard library only): write_json
 
 SCHEMA = "gpulab.torchvision_bench"
 ERROR_PRECISIONS = ("fp32", "fp16")  # measured whatever --precision times
@@ -352,12 +353,7 @@ def read_results(path: str) -> dict:
 def write_results(path: str, doc: dict) -> None:
     """Written to a temporary name and renamed: a run stopped at any point leaves the last whole file."""
     keys = ("schema", "schema_version", "method", "tolerance", "environment", "models")
-    doc = {**{k: doc[k] for k in keys if k in doc}, **doc}
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
+    grid.write_json(path, {**{k: doc[k] for k in keys if k in doc}, **doc})
 
 
 def find_entry(doc: dict, name: str) -> Optional[dict]:
