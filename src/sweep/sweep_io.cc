@@ -730,12 +730,9 @@ std::string mib(const std::optional<int64_t>& bytes) {
   return fmt::format("{:.0f}", static_cast<double>(*bytes) / (1 << 20));
 }
 
-std::string time_breakdown(const SweepResult& s) {
-  const SweepTime t = sweep_time(s);
-  return fmt::format(
-      "Time: {:.1f} s = plan builds {:.1f} s ({} plan{}) + accuracy gates {:.1f} s + "
-      "timed windows {:.1f} s + the rest {:.1f} s (warm-ups, contexts, out-of-memory attempts, ceilings)\n",
-      s.seconds, t.builds, t.plans, t.plans == 1 ? "" : "s", t.gates, t.windows, t.rest);
+// " at 300 W" for a point or recommendation under a power limit of the sweep, else "".
+std::string at_limit(const std::optional<double>& power_limit_w) {
+  return power_limit_w ? fmt::format(" at {:.0f} W", *power_limit_w) : "";
 }
 
 }  // namespace
@@ -748,10 +745,14 @@ std::string format_sweep(const SweepResult& s) {
   if (e.power_limit_w) out += fmt::format(", power limit {:.0f} W", *e.power_limit_w);
   out += fmt::format(
       "\n{} point{}, {:.1f} s, {}; transfers {}included; GPU compute and latency in ms, "
-      "throughput in img/s (host wall time)\n\n",
+      "throughput in img/s (host wall time)\n",
       s.points.size(), s.points.size() == 1 ? "" : "s", s.seconds, s.state,
       s.options.include_transfers ? "" : "not ");
-  out.insert(out.size() - 1, time_breakdown(s));  // before the blank line
+  const SweepTime t = sweep_time(s);
+  out += fmt::format(
+      "Time: {:.1f} s = plan builds {:.1f} s ({} plan{}) + accuracy gates {:.1f} s + "
+      "timed windows {:.1f} s + the rest {:.1f} s (warm-ups, contexts, out-of-memory attempts, ceilings)\n\n",
+      s.seconds, t.builds, t.plans, t.plans == 1 ? "" : "s", t.gates, t.windows, t.rest);
   const bool limits = !s.options.power_limits_w.empty();
   out += fmt::format("{:<5} {:>6} {}{:<7} {:>9} {:>9} {:>11} {:>6} {:>12} {:>11} {:>8} {:>7}  {}\n", "prec",
                      "batch", limits ? fmt::format("{:>6} ", "limit") : "", "status", "p50", "p99", "img/s",
@@ -790,8 +791,8 @@ std::string format_sweep(const SweepResult& s) {
   for (const SweepPoint& p : s.points) {
     if (p.verdicts.empty()) continue;
     out += fmt::format("  {} batch {}{}: {}: {}\n", precision_name(p.precision), p.batch,
-                       p.power_limit_w ? fmt::format(" at {:.0f} W", *p.power_limit_w) : "",
-                       verdict_name(p.verdicts.front().kind), p.verdicts.front().evidence);
+                       at_limit(p.power_limit_w), verdict_name(p.verdicts.front().kind),
+                       p.verdicts.front().evidence);
     for (size_t i = 1; i < p.verdicts.size(); ++i) {
       out += fmt::format("      also {}: {}\n", verdict_name(p.verdicts[i].kind), p.verdicts[i].evidence);
     }
@@ -800,7 +801,7 @@ std::string format_sweep(const SweepResult& s) {
     out += "\nWarnings:\n";
     for (const auto& [p, text] : w.listed)
       out += fmt::format("  {} batch {}{}: {}\n", precision_name(p->precision), p->batch,
-                         p->power_limit_w ? fmt::format(" at {:.0f} W", *p->power_limit_w) : "", text);
+                         at_limit(p->power_limit_w), text);
     if (w.unstable > 0)
       out += fmt::format(
           "  {} of {} measured points unstable (GPU compute's coefficient of variation above the threshold; "
@@ -832,8 +833,7 @@ std::string format_sweep(const SweepResult& s) {
   out += fmt::format("; the knee is the smallest batch within {:.0f}% of it\n",
                      (1 - s.options.knee_fraction) * 100);
   for (const PrecisionRecommendation& r : s.recommendations) {
-    const std::string who = fmt::format("{}{}", precision_name(r.precision),
-                                        r.power_limit_w ? fmt::format(" at {:.0f} W", *r.power_limit_w) : "");
+    const std::string who = fmt::format("{}{}", precision_name(r.precision), at_limit(r.power_limit_w));
     std::string fit;
     if (r.largest_fitting_batch) {
       fit = r.first_oom_batch ? fmt::format("; largest batch that fits {} ({} does not)",
