@@ -25,16 +25,13 @@
 #include "gpulab/version.h"
 #include "measure/multi_bench.h"
 #include "plan/plan.h"
+#include "sweep/cuda_target.h"  // CudaTargetOptions (the defaults); make_cuda_target with the runtime
 #include "sweep/multi_target.h"
 #include "sweep/nvml_telemetry.h"
 #include "sweep/simulated_target.h"
 #include "sweep/sweep.h"
 #include "telemetry/telemetry.h"
 #include "telemetry/topology.h"
-
-#ifdef GPULAB_HAVE_RUNTIME
-#include "sweep/cuda_target.h"
-#endif
 
 namespace gpulab::cli {
 namespace {
@@ -78,8 +75,8 @@ struct SweepFlags {
   std::string simulate;
   std::string telemetry = "auto";
   int sample_period_ms = 50;
-  int64_t timed_tactics_max_batch = 1024;
-  int64_t timed_tactics_ratio = 4;
+  int64_t timed_tactics_max_batch = sweep::CudaTargetOptions{}.timed_tactics_max_batch;
+  int64_t timed_tactics_ratio = sweep::CudaTargetOptions{}.timed_tactics_ratio;
   std::string gpus;  // --gpus: "" (one GPU: --device), "all", "0,2"
   bool allow_power_limit_change = false;
   BuildFlags build;
