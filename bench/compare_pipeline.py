@@ -343,6 +343,8 @@ def gpulab_command(args) -> List[str]:
         command += ["--device", "cuda", "--precision", args.precision]
         if args.gpulab_preprocess != "auto":
             command += ["--preprocess", args.gpulab_preprocess]
+        if args.gpulab_timing_cache:
+            command += ["--timing-cache", args.gpulab_timing_cache]
     if args.preset != "auto":
         command += ["--preset", args.preset]
     return command + args.files
@@ -707,6 +709,11 @@ def print_table(results: Dict[str, ModeResult], args) -> None:
         stages = ", ".join(f"{k} {fmt(v, '.1f')}" for k, v in g.stages.items())
         print(f"gpulab stage capacities (img/s): {stages}; all {g.details['pipeline'].get('passes')} passes "
               f"{fmt(g.details['pipeline'].get('throughput_ips'), '.1f')} img/s.")
+        split = g.details['pipeline'].get('gpu_split')
+        if split:
+            print(f"gpulab's GPU busy time: {fmt(split.get('preprocess_s'), '.3f')} s preprocessing, "
+                  f"{fmt(split.get('model_s'), '.3f')} s the model, {fmt(split.get('output_s'), '.3f')} s top-k "
+                  f"and results.")
     targets = summary.get("gpulab_targets")
     if targets and args.device == "cuda":
         def verdict(ok):
@@ -793,6 +800,8 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--loop", type=int, default=5, help="timed passes over the files, after one warm-up pass")
     p.add_argument("--workers", type=int, help="DataLoader workers (default: the usable cores)")
+    p.add_argument("--gpulab-timing-cache", help="gpulab's timing cache file (its plan build times tactics; the "
+                   "file keeps them for the next run)")
     p.add_argument("--decode-threads", type=int, help="gpulab's decode threads (default: the usable cores)")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ",".join(MODES))
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),

@@ -255,7 +255,7 @@ if has pipeline; then
     m=$(model_path "$name") || continue
     [ "$(left)" -lt 60 ] && break
     # shellcheck disable=SC2086 # PIPELINE_ARGS is a list of arguments
-    timeout $(($(left) - 20)) python3 bench/compare_pipeline.py "$m" --gpulab "$gpulab" \
+    timeout $(($(left) - 20)) python3 bench/compare_pipeline.py "$m" --gpulab "$gpulab" --gpulab-timing-cache /tmp/gpulab-timing-cache.json \
       --images "$GPULAB_DATASET_DIR/images" --precision fp16 --batch 256 --json "$out/pipeline_$name.json" \
       ${PIPELINE_ARGS:-} > "$out/pipeline_$name.txt" 2>&1
     echo "pipeline $name rc=$?"
@@ -265,7 +265,7 @@ if has pipeline; then
     python3 bench/pipeline/make_fullsize_jpegs.py --out /tmp/gpulab-fullsize --count 200 \
       --source "$GPULAB_DATASET_DIR/images" > "$out/fullsize.log" 2>&1
     # shellcheck disable=SC2086
-    timeout $(($(left) - 20)) python3 bench/compare_pipeline.py "$mnv2" --gpulab "$gpulab" \
+    timeout $(($(left) - 20)) python3 bench/compare_pipeline.py "$mnv2" --gpulab "$gpulab" --gpulab-timing-cache /tmp/gpulab-timing-cache.json \
       --images /tmp/gpulab-fullsize --precision fp16 --batch 256 --json "$out/pipeline_mnv2_fullsize.json" \
       ${PIPELINE_ARGS:-} > "$out/pipeline_mnv2_fullsize.txt" 2>&1
     echo "pipeline mnv2 fullsize rc=$?"

@@ -7,8 +7,9 @@
 //   copy stream:    wait raw_free[d]; H2D descriptors and the used pixel bytes into raw[d];
 //                   record uploaded[d]                                   (h2d events around it)
 //   compute stream: wait uploaded[d]; preprocess raw[d] -> input (float NCHW); record raw_free[d];
-//                   engine enqueue (CUDA graph) -> logits; top-k; softmax + gather (logit models);
-//                   D2H top-k into the slot's pinned results; record done[s]
+//                   record preprocessed[s]; engine enqueue (CUDA graph) -> logits; record
+//                   modelled[s]; top-k; softmax + gather (logit models); D2H top-k into the slot's
+//                   pinned results; record done[s]
 // finish() waits for done[s] alone (no device-wide synchronization). The upload of batch b + 1
 // overlaps the preprocessing and inference of batch b.
 #include <cuda_runtime_api.h>
@@ -83,7 +84,7 @@ struct Slot {
   std::atomic<int64_t> used{0};       // pixel bytes packed so far
   std::atomic<int64_t> pool_left{0};  // bytes beyond the reserved crops still free
   PinnedBuffer results;               // indices (int32), scores, probabilities: batch x top_k each
-  Event h2d_start, h2d_end, gpu_start, done;
+  Event h2d_start, h2d_end, gpu_start, preprocessed, modelled, done;
   int64_t h2d_bytes = 0;
   int top_k = 0;
 };
@@ -143,7 +144,8 @@ class GpuBackend final : public BatchBackend {
     for (Slot& s : slots_) {
       GPULAB_TRY(s.host.allocate(slot_bytes, "staging slot"));
       GPULAB_TRY(s.results.allocate(static_cast<size_t>(batch) * kernels::kMaxTopK * 12, "top-k results"));
-      for (Event* e : {&s.h2d_start, &s.h2d_end, &s.gpu_start, &s.done}) GPULAB_TRY(e->create(true));
+      for (Event* e : {&s.h2d_start, &s.h2d_end, &s.gpu_start, &s.preprocessed, &s.modelled, &s.done})
+        GPULAB_TRY(e->create(true));
       reset_packing(s);
     }
     for (int d = 0; d < 2; ++d) {
@@ -242,11 +244,13 @@ class GpuBackend final : public BatchBackend {
         reinterpret_cast<const uint8_t*>(static_cast<std::byte*>(raw) + desc_bytes_), input_.as<float>(),
         compute_));
     GPULAB_CUDA_TRY(cudaEventRecord(raw_free_[d].get(), compute_));
+    GPULAB_CUDA_TRY(cudaEventRecord(s.preprocessed.get(), compute_));
     GPULAB_TRY(context_->enqueue({.input_nchw = input_.as<float>(),
                                   .batch = count,
                                   .logits = logits_.as<float>(),
                                   .use_cuda_graph = options_.use_cuda_graph},
                                  compute_));
+    GPULAB_CUDA_TRY(cudaEventRecord(s.modelled.get(), compute_));
     const int k = static_cast<int>(std::min<int64_t>(top_k_, classes_));
     s.top_k = k;
     int32_t* indices = top_.as<int32_t>();
@@ -274,13 +278,19 @@ class GpuBackend final : public BatchBackend {
   Status finish(int slot, int64_t count, int k, std::span<Prediction> out) override {
     Slot& s = slots_[static_cast<size_t>(slot)];
     GPULAB_CUDA_TRY(cudaEventSynchronize(s.done.get()));
-    float h2d_ms = 0, gpu_ms = 0;
+    float h2d_ms = 0, gpu_ms = 0, preprocess_ms = 0, model_ms = 0, output_ms = 0;
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&h2d_ms, s.h2d_start.get(), s.h2d_end.get()));
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&gpu_ms, s.gpu_start.get(), s.done.get()));
+    GPULAB_CUDA_TRY(cudaEventElapsedTime(&preprocess_ms, s.gpu_start.get(), s.preprocessed.get()));
+    GPULAB_CUDA_TRY(cudaEventElapsedTime(&model_ms, s.preprocessed.get(), s.modelled.get()));
+    GPULAB_CUDA_TRY(cudaEventElapsedTime(&output_ms, s.modelled.get(), s.done.get()));
     account_.present = true;
     account_.h2d_bytes += s.h2d_bytes;
     account_.h2d_s += h2d_ms * 1e-3;
     account_.gpu_busy_s += gpu_ms * 1e-3;
+    account_.preprocess_s += preprocess_ms * 1e-3;
+    account_.model_s += model_ms * 1e-3;
+    account_.output_s += output_ms * 1e-3;
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
       account_.device_used_bytes = static_cast<int64_t>(total_bytes - free_bytes);

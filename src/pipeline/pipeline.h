@@ -46,9 +46,12 @@ struct Prediction {
 // A GPU backend's account of the device.
 struct DeviceAccount {
   bool present = false;
-  int64_t h2d_bytes = 0;               // uploaded pixels and descriptors
-  double h2d_s = 0;                    // device time of the uploads (events on the copy stream)
-  double gpu_busy_s = 0;               // device time from each batch's preprocessing to its top-k copy
+  int64_t h2d_bytes = 0;  // uploaded pixels and descriptors
+  double h2d_s = 0;       // device time of the uploads (events on the copy stream)
+  double gpu_busy_s = 0;  // device time from each batch's preprocessing to its top-k copy
+  // gpu_busy_s split (events on the compute stream): resize, crop and normalize; the model; top-k,
+  // softmax and the copy of the results to the host.
+  double preprocess_s = 0, model_s = 0, output_s = 0;
   int64_t device_used_bytes = 0;       // cudaMemGetInfo: total - free, now
   int64_t device_used_peak_bytes = 0;  // the largest value seen at a batch's end
 };

@@ -69,8 +69,11 @@ Result<std::unique_ptr<Classifier>> load_classifier(const ClassifierOptions& o) 
     GPULAB_TRY(run_passes(*c->graph, PassOptions{}).with_context("optimizing '" + c->model_path + "'"));
     GPULAB_TRY(check_image_input(*c->graph, c->model_path));
   }
-  const ClassifyBackendOptions backend_options{
-      .device = o.device, .precision = o.precision, .max_batch = o.max_batch, .plan_path = o.plan_path};
+  const ClassifyBackendOptions backend_options{.device = o.device,
+                                               .precision = o.precision,
+                                               .max_batch = o.max_batch,
+                                               .plan_path = o.plan_path,
+                                               .build = o.build};
   GPULAB_ASSIGN_OR_RETURN(c->backend,
                           make_classify_backend(c->graph ? &*c->graph : nullptr, backend_options));
   GPULAB_ASSIGN_OR_RETURN(c->spec, choose_preprocess(o, c->backend->metadata()));

@@ -23,6 +23,7 @@ struct ClassifierOptions {
   std::string preset = "auto";               // auto (the model's metadata), torchvision, tf-slim
   std::string preset_flag = "--preprocess";  // the flag that sets `preset`, for messages
   int64_t max_batch = 8;
+  std::optional<BuildOptions> build;  // ClassifyBackendOptions::build
 };
 
 // A loaded model. Held by pointer: the reference backend keeps a reference to `graph`.

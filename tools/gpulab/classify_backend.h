@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gpulab/engine.h"
@@ -18,6 +19,9 @@ struct ClassifyBackendOptions {
   std::string precision = "fp32";
   int64_t max_batch = 8;
   std::string plan_path;  // load this plan instead of building from the graph (GPU only)
+  // How a GPU plan is built from the graph (its precision and max batch come from the fields
+  // above). Unset: cuDNN's heuristic choices, a build in seconds for a few images (classify).
+  std::optional<BuildOptions> build;
 };
 
 class ClassifyBackend {

@@ -49,7 +49,9 @@ Result<std::unique_ptr<ClassifyBackend>> make_cuda_classify_backend(const Graph*
   } else {
     if (!graph) return Status::internal("make_cuda_classify_backend: neither a graph nor a plan");
     GPULAB_ASSIGN_OR_RETURN(Precision precision, parse_precision(options.precision));
-    BuildOptions build{.precision = precision, .max_batch = options.max_batch, .time_tactics = false};
+    BuildOptions build = options.build.value_or(BuildOptions{.time_tactics = false});
+    build.precision = precision;
+    build.max_batch = options.max_batch;
     GPULAB_ASSIGN_OR_RETURN(engine, build_engine_from_graph(*graph, build, /*apply_passes=*/false));
   }
   GPULAB_ASSIGN_OR_RETURN(std::unique_ptr<ExecutionContext> context, engine->create_context());

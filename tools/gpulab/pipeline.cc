@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "build_flags.h"
 #include "classifier.h"
 #include "cli.h"
 #include "data_paths.h"
@@ -45,6 +46,8 @@ struct PipelineCliOptions {
   std::string device = "auto";
   std::string precision = "fp32";
   std::string preset = "auto";
+  bool no_tactic_timing = false;
+  BuildFlags build;  // how --model is built on the GPU
 };
 
 constexpr double kMiB = 1024.0 * 1024.0;
@@ -162,6 +165,11 @@ nlohmann::json to_json(const PipelineCliOptions& o, const Classifier& c, const P
       {"h2d_gb_s",
        or_null(dev.present && dev.h2d_s > 0, dev.h2d_s > 0 ? dev.h2d_bytes / dev.h2d_s * 1e-9 : 0)},
       {"gpu_busy_share", or_null(dev.present && s.wall_s > 0, s.wall_s > 0 ? dev.gpu_busy_s / s.wall_s : 0)},
+      {"gpu_split", dev.present ? nlohmann::json{{"busy_s", dev.gpu_busy_s},
+                                                 {"preprocess_s", dev.preprocess_s},
+                                                 {"model_s", dev.model_s},
+                                                 {"output_s", dev.output_s}}
+                                : nlohmann::json(nullptr)},
       {"memory",
        {{"rss_after_first_pass_bytes", s.rss_after_first_pass_bytes},
         {"rss_final_bytes", s.rss_final_bytes},
@@ -238,6 +246,8 @@ void print_table(const PipelineCliOptions& o, const Classifier& c, const Pipelin
         "GPU: busy {:.1f}% of the wall time; H2D {:.2f} GB/s ({:.1f} MiB uploaded in {:.3f} s of copies)\n",
         s.wall_s > 0 ? 100.0 * dev.gpu_busy_s / s.wall_s : 0.0,
         dev.h2d_s > 0 ? dev.h2d_bytes / dev.h2d_s * 1e-9 : 0.0, dev.h2d_bytes / kMiB, dev.h2d_s);
+    fmt::print("GPU busy time: {:.3f} s preprocessing, {:.3f} s the model, {:.3f} s top-k and results\n",
+               dev.preprocess_s, dev.model_s, dev.output_s);
     fmt::print("Device memory in use: {:.1f} MiB after pass 1, {:.1f} MiB at the end, peak {:.1f} MiB\n",
                s.device_used_after_first_pass_bytes / kMiB, dev.device_used_bytes / kMiB,
                dev.device_used_peak_bytes / kMiB);
@@ -279,6 +289,19 @@ int run_pipeline_command(PipelineCliOptions o) {
     o.inputs.push_back(images_dir);
   }
   if (o.cache_mib < 0) return report(Status::invalid_argument("--cache-mib must not be negative."));
+  // A plan was built with its own options; the build flags would be ignored.
+  if (const char* flag = o.no_tactic_timing ? "--no-tactic-timing" : first_build_flag_given(o.build);
+      flag && !o.plan_path.empty()) {
+    return report(Status::invalid_argument(fmt::format(
+        "{}: it changes how --model is built; the plan '{}' was built already. Drop {}, or pass it to "
+        "`gpulab build`.",
+        flag, o.plan_path, flag)));
+  }
+  // A throughput run: the candidates' timing (seconds to a minute, once per timing cache) buys
+  // inference many times faster than cuDNN's first choices on some models (the bundled
+  // MobileNetV2 in FP16 on an H100: 137 ms per batch of 256 with them).
+  GPULAB_ASSIGN_OR_REPORT(BuildOptions build, build_options_from(o.build));
+  build.time_tactics = !o.no_tactic_timing;
   GPULAB_ASSIGN_OR_REPORT(auto files, list_images(o.inputs));
   explain_decoder(o.decoder);
   GPULAB_ASSIGN_OR_REPORT(std::unique_ptr<Classifier> classifier, load_classifier({.model_path = o.model_path,
@@ -287,7 +310,8 @@ int run_pipeline_command(PipelineCliOptions o) {
                                                                                    .precision = o.precision,
                                                                                    .preset = o.preset,
                                                                                    .preset_flag = "--preset",
-                                                                                   .max_batch = o.batch}));
+                                                                                   .max_batch = o.batch,
+                                                                                   .build = build}));
   RunFacts facts;
   std::unique_ptr<BatchBackend> backend;
 #ifdef GPULAB_HAVE_GPU_PIPELINE
@@ -373,6 +397,10 @@ void add_pipeline_command(CLI::App& app) {
                   "Preprocessing: auto (from the model's metadata), torchvision or tf-slim")
       ->check(CLI::IsMember({"auto", "torchvision", "tf-slim"}))
       ->capture_default_str();
+  sub->add_flag("--no-tactic-timing", o->no_tactic_timing,
+                "[--model] Take cuDNN's heuristic choice for each layer instead of timing the candidates (a "
+                "build in seconds; inference can be much slower)");
+  add_build_flags(sub, &o->build, "[--model] ");
   sub->add_flag("--predictions", o->predictions, "With --json: include pass 1's top-k for every file");
   sub->add_flag("--json", o->json, "Print JSON (schema gpulab.pipeline, docs/metrics.md) instead of a table");
   on_run(sub, [o] { return run_pipeline_command(*o); });
