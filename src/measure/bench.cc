@@ -734,11 +734,29 @@ Status write_bench_json(const std::filesystem::path& path, const BenchResult& re
   return write_file_atomic(path, to_json(result).dump(2) + "\n").with_context("--json");
 }
 
+float bench_input_value(uint32_t state) {
+  return static_cast<float>(state >> 8) / static_cast<float>(1u << 23) - 1.0f;
+}
+
 void BenchInputGenerator::fill(std::span<float> values) {
   for (float& v : values) {
-    state_ = state_ * 1664525u + 1013904223u;
-    v = static_cast<float>(state_ >> 8) / static_cast<float>(1u << 23) - 1.0f;
+    state_ = state_ * kMul + kAdd;
+    v = bench_input_value(state_);
   }
+}
+
+BenchInputLanes bench_input_lanes(int64_t lanes) {
+  BenchInputLanes l;
+  l.starts.resize(static_cast<size_t>(std::max<int64_t>(lanes, 0)));
+  uint32_t state = BenchInputGenerator::kSeed;
+  for (uint32_t& start : l.starts) {
+    state = state * BenchInputGenerator::kMul + BenchInputGenerator::kAdd;
+    start = state;
+    // After step k the map is state -> state * mul + add composed k times.
+    l.mul *= BenchInputGenerator::kMul;
+    l.add = l.add * BenchInputGenerator::kMul + BenchInputGenerator::kAdd;
+  }
+  return l;
 }
 
 void fill_bench_input(std::span<float> values) {

@@ -166,11 +166,25 @@ void fill_bench_input(std::span<float> values);
 // can be generated through a small buffer.
 class BenchInputGenerator {
  public:
+  static constexpr uint32_t kSeed = 12345u, kMul = 1664525u, kAdd = 1013904223u;
   void fill(std::span<float> values);
 
  private:
-  uint32_t state_ = 12345;
+  uint32_t state_ = kSeed;
 };
+// The value of one state: (state >> 8) / 2^23 - 1 (kernels::launch_lcg_lanes computes the same).
+float bench_input_value(uint32_t state);
+
+// The same sequence in `starts.size()` interleaved lanes, as the GPU generates it
+// (kernels::launch_lcg_lanes): lane t holds elements t, t + lanes, t + 2 lanes, ...; its first
+// state is starts[t], and each step to its next element maps state -> state * mul + add, the
+// generator's step composed `lanes` times (mod 2^32). A batch of tens of thousands of images is
+// generated on the device in milliseconds instead of seconds on one host core.
+struct BenchInputLanes {
+  std::vector<uint32_t> starts;
+  uint32_t mul = 1, add = 0;
+};
+BenchInputLanes bench_input_lanes(int64_t lanes);
 
 // The logits of one inference (the first stream's, after the measurement): --save-output.
 struct BenchOutput {

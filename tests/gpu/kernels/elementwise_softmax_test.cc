@@ -358,6 +358,46 @@ void check_linear(LinearDesc d, bool with_bias) {
   EXPECT_TRUE(dy.tail_untouched());
 }
 
+// ---- lcg_lanes ----------------------------------------------------------------------------------
+
+// The bench input's generator (measure/bench.h) run lane by lane: each lane's first state is the
+// sequence's state at its first element; a step of `lanes` elements is the LCG composed `lanes` times.
+TEST(LcgLanesKernel, WritesTheInterleavedSequenceBitForBit) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  const uint32_t kMul = 1664525u, kAdd = 1013904223u;
+  const int64_t n = 1000003;
+  std::vector<float> expected(static_cast<size_t>(n));
+  uint32_t state = 12345u;
+  for (float& v : expected) {
+    state = state * kMul + kAdd;
+    v = static_cast<float>(state >> 8) / static_cast<float>(1u << 23) - 1.0f;
+  }
+  for (int64_t lanes : {int64_t{1}, int64_t{100}, int64_t{4096}, n, n + 5}) {
+    SCOPED_TRACE(::testing::Message() << lanes << " lanes");
+    const int64_t used = std::min(lanes, n);
+    std::vector<uint32_t> starts(static_cast<size_t>(used));
+    uint32_t s = 12345u, mul = 1, add = 0;
+    for (uint32_t& start : starts) {
+      s = s * kMul + kAdd;
+      start = s;
+      mul *= kMul;
+      add = add * kMul + kAdd;
+    }
+    std::vector<std::byte> starts_bytes(starts.size() * sizeof(uint32_t));
+    std::memcpy(starts_bytes.data(), starts.data(), starts_bytes.size());
+    DeviceBuffer d_starts(starts_bytes);
+    DeviceBuffer y(static_cast<size_t>(n) * sizeof(float));
+    ASSERT_TRUE(launch_lcg_lanes(static_cast<float*>(y.get()), n,
+                                 static_cast<const uint32_t*>(d_starts.get()), used, mul, add, nullptr)
+                    .is_ok());
+    expect_synced();
+    const std::vector<std::byte> got = y.download();
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size()), 0);
+    EXPECT_TRUE(y.tail_untouched());
+  }
+  EXPECT_FALSE(launch_lcg_lanes(nullptr, 10, nullptr, 0, 1, 0, nullptr).is_ok());
+}
+
 TEST(LinearKernel, ClassifierHeadsAtTinyBatches) {
   GPULAB_SKIP_WITHOUT_GPU();
   for (DataType dtype : float_types()) {

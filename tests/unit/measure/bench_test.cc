@@ -474,6 +474,27 @@ TEST(BenchInput, IsTheDocumentedLcgAndTheSameForEveryBatch) {
   EXPECT_TRUE(std::all_of(batch2.begin(), batch2.end(), [](float v) { return v >= -1.0f && v < 1.0f; }));
 }
 
+// The lanes the GPU writes the bench input in (bench_input_lanes, kernels::launch_lcg_lanes), run
+// here as the kernel runs them: the same sequence, bit for bit, for lane counts below, at and above
+// the element count.
+TEST(BenchInput, InterleavedLanesGiveTheSameSequence) {
+  std::vector<float> expected(10007);
+  fill_bench_input(expected);
+  for (int64_t lanes : {1, 2, 7, 256, 10007, 20000}) {
+    const BenchInputLanes l = bench_input_lanes(std::min<int64_t>(lanes, 10007));
+    std::vector<float> got(expected.size(), 2.0f);
+    for (size_t t = 0; t < l.starts.size(); ++t) {
+      uint32_t state = l.starts[t];
+      for (size_t i = t; i < got.size(); i += l.starts.size()) {
+        got[i] = bench_input_value(state);
+        state = state * l.mul + l.add;
+      }
+    }
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), expected.begin())) << lanes << " lanes";
+  }
+  EXPECT_TRUE(bench_input_lanes(0).starts.empty());
+}
+
 TEST(Files, OutputNpyIsNumpyFormatOne) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("gpulab_bench_npy_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));

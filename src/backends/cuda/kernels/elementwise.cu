@@ -2,7 +2,8 @@
  *   binary:   y = act(a + b) or act(a * b), b of a's shape or N,1,1,C broadcast over H*W;
  *   bias_act: y = act(x + bias[c]) over NHWC;
  *   unary:    relu, clip, sigmoid, hard-sigmoid, hard-swish, gelu (erf and tanh forms), tanh, erf,
- *             sqrt, exp, neg.
+ *             sqrt, exp, neg;
+ *   lcg_lanes: the bench input's pseudo-random sequence, one lane of it per thread (kernels.h).
  * Algorithm: one pass, float32 arithmetic, one rounding to the storage type at the store.
  * Layout: dense NHWC (C innermost). V = 16 bytes / sizeof(T) elements per thread and iteration
  *   (one 16-byte load per operand) when C (binary, bias_act) or the count (unary) is a multiple of
@@ -170,7 +171,30 @@ Status launch_unary_typed(const UnaryDesc& d, const T* x, T* y, cudaStream_t str
                                   ".");
 }
 
+// One thread per lane; stores of neighbouring lanes are neighbouring elements (coalesced).
+__global__ void lcg_lanes_kernel(float* __restrict__ y, int64_t n, const uint32_t* __restrict__ starts,
+                                 int64_t lanes, uint32_t mul, uint32_t add) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= lanes) return;
+  uint32_t state = starts[t];
+  for (int64_t i = t; i < n; i += lanes) {
+    // Exact in float32 (24 significant bits, a power-of-two scale), so no rounding to mirror.
+    y[i] = static_cast<float>(state >> 8) * (1.0f / static_cast<float>(1u << 23)) - 1.0f;
+    state = state * mul + add;
+  }
+}
+
 }  // namespace
+
+Status launch_lcg_lanes(float* y, int64_t n, const uint32_t* starts, int64_t lanes, uint32_t mul,
+                        uint32_t add, cudaStream_t stream) {
+  if (n < 0 || lanes < 1 || lanes > (int64_t{1} << 30))
+    return Status::invalid_argument("launch_lcg_lanes: n must be >= 0 and lanes in 1..2^30.");
+  if (n == 0) return Status::ok();
+  lcg_lanes_kernel<<<static_cast<unsigned>((lanes + 255) / 256), 256, 0, stream>>>(y, n, starts, lanes, mul,
+                                                                                   add);
+  return check_launch("launch_lcg_lanes", "lcg_lanes_kernel");
+}
 
 Status launch_binary(const BinaryDesc& desc, const void* a, const void* b, void* y, cudaStream_t stream) {
   GPULAB_TRY(validate(desc));

@@ -53,6 +53,12 @@ Status launch_bias_act(const BiasActDesc& desc, const void* x, const void* bias,
 // x, y: `count` elements of desc.dtype. y may alias x.
 Status launch_unary(const UnaryDesc& desc, const void* x, void* y, cudaStream_t stream);
 
+// y: float32 [n]; starts: device uint32 [lanes]. Lane t writes y[t], y[t + lanes], ... from the
+// 32-bit LCG state starts[t], value (state >> 8) / 2^23 - 1, then state = state * mul + add:
+// measure::bench_input_lanes' interleaving of the bench input (measure/bench.h).
+Status launch_lcg_lanes(float* y, int64_t n, const uint32_t* starts, int64_t lanes, uint32_t mul,
+                        uint32_t add, cudaStream_t stream);
+
 // x, y: float32 [rows, cols]. y may alias x.
 Status launch_softmax(const SoftmaxDesc& desc, const void* x, void* y, cudaStream_t stream);
 
