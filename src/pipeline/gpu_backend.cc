@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -245,11 +246,14 @@ class GpuBackend final : public BatchBackend {
         compute_));
     GPULAB_CUDA_TRY(cudaEventRecord(raw_free_[d].get(), compute_));
     GPULAB_CUDA_TRY(cudaEventRecord(s.preprocessed.get(), compute_));
+    const auto enqueue_start = std::chrono::steady_clock::now();
     GPULAB_TRY(context_->enqueue({.input_nchw = input_.as<float>(),
                                   .batch = count,
                                   .logits = logits_.as<float>(),
                                   .use_cuda_graph = options_.use_cuda_graph},
                                  compute_));
+    account_.host_enqueue_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueue_start).count();
     GPULAB_CUDA_TRY(cudaEventRecord(s.modelled.get(), compute_));
     const int k = static_cast<int>(std::min<int64_t>(top_k_, classes_));
     s.top_k = k;
@@ -277,7 +281,10 @@ class GpuBackend final : public BatchBackend {
 
   Status finish(int slot, int64_t count, int k, std::span<Prediction> out) override {
     Slot& s = slots_[static_cast<size_t>(slot)];
+    const auto wait_start = std::chrono::steady_clock::now();
     GPULAB_CUDA_TRY(cudaEventSynchronize(s.done.get()));
+    account_.host_wait_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
     float h2d_ms = 0, gpu_ms = 0, preprocess_ms = 0, model_ms = 0, output_ms = 0;
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&h2d_ms, s.h2d_start.get(), s.h2d_end.get()));
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&gpu_ms, s.gpu_start.get(), s.done.get()));

@@ -52,6 +52,9 @@ struct DeviceAccount {
   // gpu_busy_s split (events on the compute stream): resize, crop and normalize; the model; top-k,
   // softmax and the copy of the results to the host.
   double preprocess_s = 0, model_s = 0, output_s = 0;
+  // Host time inside the engine's enqueue (graph launch, or capture when a batch size is new), and
+  // blocked waiting for batches to finish: where the infer thread's time goes.
+  double host_enqueue_s = 0, host_wait_s = 0;
   int64_t device_used_bytes = 0;       // cudaMemGetInfo: total - free, now
   int64_t device_used_peak_bytes = 0;  // the largest value seen at a batch's end
 };

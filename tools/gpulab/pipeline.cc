@@ -168,7 +168,9 @@ nlohmann::json to_json(const PipelineCliOptions& o, const Classifier& c, const P
       {"gpu_split", dev.present ? nlohmann::json{{"busy_s", dev.gpu_busy_s},
                                                  {"preprocess_s", dev.preprocess_s},
                                                  {"model_s", dev.model_s},
-                                                 {"output_s", dev.output_s}}
+                                                 {"output_s", dev.output_s},
+                                                 {"host_enqueue_s", dev.host_enqueue_s},
+                                                 {"host_wait_s", dev.host_wait_s}}
                                 : nlohmann::json(nullptr)},
       {"memory",
        {{"rss_after_first_pass_bytes", s.rss_after_first_pass_bytes},
@@ -248,6 +250,8 @@ void print_table(const PipelineCliOptions& o, const Classifier& c, const Pipelin
         dev.h2d_s > 0 ? dev.h2d_bytes / dev.h2d_s * 1e-9 : 0.0, dev.h2d_bytes / kMiB, dev.h2d_s);
     fmt::print("GPU busy time: {:.3f} s preprocessing, {:.3f} s the model, {:.3f} s top-k and results\n",
                dev.preprocess_s, dev.model_s, dev.output_s);
+    fmt::print("Infer thread: {:.3f} s in the engine's enqueue, {:.3f} s waiting for batches to finish\n",
+               dev.host_enqueue_s, dev.host_wait_s);
     fmt::print("Device memory in use: {:.1f} MiB after pass 1, {:.1f} MiB at the end, peak {:.1f} MiB\n",
                s.device_used_after_first_pass_bytes / kMiB, dev.device_used_bytes / kMiB,
                dev.device_used_peak_bytes / kMiB);
