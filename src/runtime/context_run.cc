@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 
 #include "backends/cuda/cuda_check.h"
+#include "core/log.h"
 #include "runtime/engine_internal.h"
 #include "runtime/step_launch.h"
 #include "runtime/view_steps.h"
@@ -78,6 +80,7 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
 Status ContextImpl::capture_graph(const EnqueueArgs& args, BatchState& state, cudaStream_t stream) {
   if (state.exec && state.graph_input == args.input_nchw && state.graph_logits == args.logits)
     return Status::ok();
+  const auto start = std::chrono::steady_clock::now();
   GPULAB_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   const Status captured = run_steps(args.batch, state, args.input_nchw, args.logits, stream, nullptr);
   cudaGraph_t graph = nullptr;
@@ -94,6 +97,8 @@ Status ContextImpl::capture_graph(const EnqueueArgs& args, BatchState& state, cu
   GPULAB_CUDA_TRY(inst);
   state.graph_input = args.input_nchw;
   state.graph_logits = args.logits;
+  log_debug("context: captured and instantiated a CUDA graph for batch {} in {:.1f} ms", args.batch,
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return Status::ok();
 }
 

@@ -47,6 +47,7 @@ struct PipelineCliOptions {
   std::string precision = "fp32";
   std::string preset = "auto";
   bool no_tactic_timing = false;
+  bool cuda_graph = true;
   BuildFlags build;  // how --model is built on the GPU
 };
 
@@ -327,7 +328,9 @@ int run_pipeline_command(PipelineCliOptions o) {
           Status::unavailable("--preprocess gpu needs the GPU engine, and the model runs on the CPU "
                               "(--device cpu, or no usable GPU). "
                               "Use --preprocess cpu."));
-    GPULAB_ASSIGN_OR_REPORT(backend, make_gpu_backend({.engine = engine, .spec = classifier->spec}));
+    GPULAB_ASSIGN_OR_REPORT(
+        backend,
+        make_gpu_backend({.engine = engine, .spec = classifier->spec, .use_cuda_graph = o.cuda_graph}));
   }
 #else
   if (o.preprocess == "gpu")
@@ -405,6 +408,8 @@ void add_pipeline_command(CLI::App& app) {
                 "[--model] Take cuDNN's heuristic choice for each layer instead of timing the candidates (a "
                 "build in seconds; inference can be much slower)");
   add_build_flags(sub, &o->build, "[--model] ");
+  sub->add_flag("!--no-cuda-graph", o->cuda_graph,
+                "--preprocess gpu: launch the model's kernels one by one instead of replaying a CUDA graph");
   sub->add_flag("--predictions", o->predictions, "With --json: include pass 1's top-k for every file");
   sub->add_flag("--json", o->json, "Print JSON (schema gpulab.pipeline, docs/metrics.md) instead of a table");
   on_run(sub, [o] { return run_pipeline_command(*o); });
