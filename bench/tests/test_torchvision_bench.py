@@ -300,6 +300,11 @@ class ArgumentsTest(unittest.TestCase):
         self.assertEqual((args.batches, args.precisions, args.gpulab_timing_cache), ([1, 8, 256], ["bf16", "tf32"],
                                                                                     "tv.cache"))
 
+    def test_the_model_estimate_follows_the_slowest_model_timed_up_to_the_limit(self):
+        self.assertEqual(tb.model_estimate(300, []), 300)
+        self.assertEqual(tb.model_estimate(300, [61.0, 102.0]), 153.0)
+        self.assertEqual(tb.model_estimate(300, [61.0, 250.0]), 300)
+
     def test_bad_batches_exit_2_with_a_message(self):
         self.assertIn("--batch: [0] (at least 1)", self.refused("--results", "r.json", "--batch", "1,0"))
         self.assertIn("--batch: [-4] (at least 1)", self.refused("--results", "r.json", "--batch", "-4"))
