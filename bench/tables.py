@@ -8,8 +8,9 @@ after the day and the commit it measured: bench/results/<YYYY-MM-DD>-<short comm
 Other files there (gpulab bench --json, logs) are kept for reading, not tabulated.
 
 Numbers quoted before raw records were kept are listed in bench/results/unrecorded.json, each
-with the date and commit it was measured at. For every cell (model, precision, batch) the table
-shows the latest measurement; a record beats an unrecorded number of the same day.
+with the date and commit it was measured at (and the card, its "gpu" key: the H200). For every
+cell (model, precision, batch) the table shows the latest measurement, whichever card it ran on, and
+says which; a record beats an unrecorded number of the same day.
 
   python3 bench/tables.py                                print every table
   python3 bench/tables.py --write docs/performance.md    rewrite the tables between the markers
@@ -62,6 +63,7 @@ class Measurement:
     commit: str
     recorded: bool  # False: quoted before records were kept (unrecorded.json)
     source: str  # the record's path under bench/, or unrecorded.json
+    gpu: Optional[str] = None  # the card, as the record's environment names it ("NVIDIA H100 80GB HBM3")
 
     @property
     def key(self) -> Tuple[str, str, int]:
@@ -104,13 +106,14 @@ def read_records(results: str) -> List[Measurement]:
                     doc = json.load(f)
             except (OSError, ValueError) as e:
                 raise TablesError(f"{file}: not readable JSON ({e})") from None
+            gpu = ((doc.get("compare") or doc).get("environment") or {}).get("gpu")
             for model, row in rows_of(doc):
                 cells = row.get("cells", {})
                 ms = {m: (cells.get(m) or {}).get("ms") for m in TORCH_MODES + ("gpulab",)}
                 if ms["gpulab"] is None:
                     continue
                 out.append(Measurement(model, row["precision"], int(row["batch"]), ms, date, commit, True,
-                                       os.path.relpath(file, os.path.dirname(results))))
+                                       os.path.relpath(file, os.path.dirname(results)), gpu))
     return out
 
 
@@ -123,7 +126,7 @@ def read_unrecorded(results: str) -> List[Measurement]:
             doc = json.load(f)
         return [Measurement(e["model"], e["precision"], int(e["batch"]),
                             {m: e.get(f"{m}_ms") for m in TORCH_MODES + ("gpulab",)}, e["measured"], e["commit"],
-                            False, UNRECORDED) for e in doc["cells"]]
+                            False, UNRECORDED, e.get("gpu", doc.get("gpu"))) for e in doc["cells"]]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise TablesError(f"{path}: expected {{\"cells\": [{{model, precision, batch, eager_ms, graph_ms, "
                           f"compile_ms, gpulab_ms, measured, commit}}]}} ({e!r})") from None
@@ -141,10 +144,16 @@ def latest(measurements: List[Measurement]) -> Dict[Tuple[str, str, int], Measur
 # ---- Markdown ------------------------------------------------------------------------------------
 
 
+def card(gpu: Optional[str]) -> str:
+    """' (H100)' for "NVIDIA H100 80GB HBM3": the tables mix cells of more than one card."""
+    names = re.findall(r"\b[A-Z]+\d+[A-Za-z]*\b", gpu or "")
+    return f" ({names[0]})" if names else ""
+
+
 def provenance(m: Measurement) -> str:
     if m.recorded:
-        return f"[{m.date}-{m.commit}](../bench/{m.source})"
-    return f"{m.date} at {m.commit}, no raw record kept"
+        return f"[{m.date}-{m.commit}](../bench/{m.source}){card(m.gpu)}"
+    return f"{m.date} at {m.commit}{card(m.gpu)}, no raw record kept"
 
 
 def table_row(m: Measurement) -> str:

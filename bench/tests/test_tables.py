@@ -67,6 +67,20 @@ class TablesTest(unittest.TestCase):
         self.assertIn("| FP16 | 256 | 5.500 | 5.400 | 3.000 | **1.500** | 170.7k | 2.00x (compile) | "
                       "[2026-12-09-bbbbbbb](../bench/results/2026-12-09-bbbbbbb/compare_resnet18.json) |", rows[1])
 
+    def test_each_row_names_the_card_it_ran_on(self):
+        self.write("unrecorded.json", {"about": "test", "gpu": "NVIDIA H200", "cells": [
+            {"model": "r18", "precision": "fp16", "batch": 1, "eager_ms": 1.0, "graph_ms": 0.3, "compile_ms": None,
+             "gpulab_ms": 0.15, "measured": "2026-12-03", "commit": "aaaaaaa"}]})
+        doc = compare_doc("build/gpuhost/fixtures/resnet18.onnx", [("fp16", 256, {"eager": 5.5, "gpulab": 1.5})])
+        doc["environment"] = {"gpu": "NVIDIA H100 80GB HBM3"}
+        self.write("2026-12-09-bbbbbbb/compare_resnet18.json", doc)
+        self.write("2026-12-09-bbbbbbb/r18_fp16_b8.json",
+                   grid_cell("r18", "fp16", 8, "ok", {"eager": 1.0, "gpulab": 0.5}))
+        text = tables.all_tables(self.results)["grid-r18"]
+        self.assertIn("| 2026-12-03 at aaaaaaa (H200), no raw record kept |", text)
+        self.assertIn("(../bench/results/2026-12-09-bbbbbbb/compare_resnet18.json) (H100) |", text)
+        self.assertIn("(../bench/results/2026-12-09-bbbbbbb/r18_fp16_b8.json) |", text)  # no card recorded
+
     def test_an_older_record_does_not_replace_a_newer_unrecorded_number(self):
         self.unrecorded({"model": "mnv2", "precision": "bf16", "batch": 8, "eager_ms": 3.0, "graph_ms": 0.7,
                          "compile_ms": None, "gpulab_ms": 0.5, "measured": "2026-12-05", "commit": "ccccccc"})
