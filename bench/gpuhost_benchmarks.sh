@@ -80,6 +80,11 @@ gpulab=$build/gpulab
 r18=$build/fixtures/resnet18.onnx
 mnv2=models/mobilenet_v2_1.0_224.onnx
 mnv3=$build/fixtures/mobilenet_v3_small.onnx  # seeded random weights (make_model_fixtures.py)
+# The record folder of today and the commit measured (bench/README.md, "Records"): the host's copy
+# of the tree has no .git, so GPULAB_GIT_COMMIT names the commit there; git only where it works.
+record_dir() {
+  echo "bench/results/$(date -u +%F)-${GPULAB_GIT_COMMIT:-$(git rev-parse --short=7 HEAD 2>/dev/null || echo nocommit)}"
+}
 # The ONNX file of a short model name (BENCH_CONFIGS, PROFILE_CONFIGS, COMPARE_MODELS).
 model_path() {
   case $1 in
@@ -193,7 +198,7 @@ if has grid; then
   # GRID_MODELS picks the models ("r18 mnv2" by default); GRID_ARGS holds grid.py run's other
   # arguments, e.g.
   #   GRID_ARGS="--precision fp16 --batch 1024 --modes eager,graph,compile,gpulab --min-start-s 180 -- --iters 30"
-  results=${GRID_RESULTS:-bench/results/$(date -u +%F)-$(git rev-parse --short=7 HEAD 2>/dev/null || echo nocommit)}
+  results=${GRID_RESULTS:-$(record_dir)}
   grid_models=()
   for name in ${GRID_MODELS:-r18 mnv2}; do
     path=$(model_path "$name") && grid_models+=(--model "$name=$path")
@@ -212,7 +217,7 @@ if has sweep; then
   # commit (bench/results/<YYYY-MM-DD>-<short commit>/sweep_<model>.json), which travels with the
   # working tree: a call that runs out of time ends the sweep with SIGTERM (it stops after the
   # current point, its JSON complete), and the next call resumes it. Commit the JSON afterwards.
-  results=${SWEEP_RESULTS:-bench/results/$(date -u +%F)-$(git rev-parse --short=7 HEAD 2>/dev/null || echo nocommit)}
+  results=${SWEEP_RESULTS:-$(record_dir)}
   mkdir -p "$results"
   for name in ${SWEEP_MODELS:-r18 mnv2}; do
     m=$(model_path "$name") || continue
@@ -236,7 +241,7 @@ if has torchvision; then
   # (TORCHVISION_RESULTS, like SWEEP_RESULTS) and travels with the tree, so the next call goes on
   # with the models not yet done; unpack $OUT/torchvision-results.tgz into it afterwards and commit
   # it. TORCHVISION_ARGS adds flags (e.g. "--models resnet50,vit_b_16").
-  results=${TORCHVISION_RESULTS:-bench/results/$(date -u +%F)-${GPULAB_GIT_COMMIT:-$(git rev-parse --short=7 HEAD 2>/dev/null || echo nocommit)}}
+  results=${TORCHVISION_RESULTS:-$(record_dir)}
   mkdir -p "$results"
   # shellcheck disable=SC2086 # TORCHVISION_ARGS is a list of arguments
   timeout --kill-after=20 $(($(left) - 20)) python3 bench/torchvision_bench.py --gpulab "$gpulab" \
