@@ -33,6 +33,23 @@ inline std::optional<std::filesystem::path> shared_dir() {
   return std::nullopt;
 }
 
+// The ImageNet sample set (one photo per class, labels.tsv): $GPULAB_DATASET_DIR, else
+// <shared>/datasets/imagenet-sample-256. nullopt when neither is set up.
+inline std::optional<std::filesystem::path> sample_dataset_dir() {
+  if (const char* env = std::getenv("GPULAB_DATASET_DIR"); env && *env) return std::filesystem::path(env);
+  if (auto shared = shared_dir()) return *shared / "datasets" / "imagenet-sample-256";
+  return std::nullopt;
+}
+
+// Its images folder, when there; tests skip without it, saying kNoSampleSet.
+inline std::optional<std::filesystem::path> sample_photo_dir() {
+  auto dir = sample_dataset_dir();
+  if (!dir || !std::filesystem::is_directory(*dir / "images")) return std::nullopt;
+  return *dir / "images";
+}
+inline constexpr const char* kNoSampleSet =
+    "ImageNet sample set not found (set GPULAB_DATASET_DIR or provide ../shared)";
+
 // The path of the gpulab executable built with the tests.
 inline std::filesystem::path gpulab_exe() {
   return std::filesystem::path(GPULAB_BINARY_DIR) / "gpulab";

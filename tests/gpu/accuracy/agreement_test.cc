@@ -30,12 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::optional<fs::path> dataset_dir() {
-  if (const char* env = std::getenv("GPULAB_DATASET_DIR"); env && *env) return fs::path(env);
-  if (auto shared = testing::shared_dir()) return *shared / "datasets" / "imagenet-sample-256";
-  return std::nullopt;
-}
-
 struct Scores {
   std::vector<int64_t> top1;
   int64_t correct1 = 0, correct5 = 0;
@@ -44,7 +38,7 @@ struct Scores {
 TEST(AccuracyGpu, HalfPrecisionsAgreeWithFp32OnSampleSet) {
   std::string reason;
   if (!cuda_device_available(&reason)) GTEST_SKIP() << "no GPU: " << reason;
-  const auto dir = dataset_dir();
+  const auto dir = testing::sample_dataset_dir();
   if (!dir || !fs::exists(*dir / "labels.tsv"))
     GTEST_SKIP() << "ImageNet sample set not found (set GPULAB_DATASET_DIR or provide ../shared)";
 
