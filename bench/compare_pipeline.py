@@ -713,7 +713,8 @@ def print_table(results: Dict[str, ModeResult], args) -> None:
         if split:
             print(f"gpulab's GPU busy time: {fmt(split.get('preprocess_s'), '.3f')} s preprocessing, "
                   f"{fmt(split.get('model_s'), '.3f')} s the model, {fmt(split.get('output_s'), '.3f')} s top-k "
-                  f"and results; host: {fmt(split.get('host_enqueue_s'), '.3f')} s in the engine's enqueue, "
+                  f"and results; host: {fmt(split.get('host_submit_s'), '.3f')} s queueing batches "
+                  f"({fmt(split.get('host_enqueue_s'), '.3f')} s in the engine's enqueue), "
                   f"{fmt(split.get('host_wait_s'), '.3f')} s waiting.")
     targets = summary.get("gpulab_targets")
     if targets and args.device == "cuda":

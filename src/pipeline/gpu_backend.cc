@@ -217,6 +217,7 @@ class GpuBackend final : public BatchBackend {
   }
 
   Status submit(int slot, int64_t count) override {
+    const auto submit_start = std::chrono::steady_clock::now();
     Slot& s = slots_[static_cast<size_t>(slot)];
     const int d = static_cast<int>(submitted_++ % 2);
     void* raw = raw_[d].get();
@@ -276,6 +277,8 @@ class GpuBackend final : public BatchBackend {
     if (!probabilities_)
       GPULAB_CUDA_TRY(cudaMemcpyAsync(host + n * 8, probs, n * 4, cudaMemcpyDeviceToHost, compute_));
     GPULAB_CUDA_TRY(cudaEventRecord(s.done.get(), compute_));
+    account_.host_submit_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - submit_start).count();
     return Status::ok();
   }
 

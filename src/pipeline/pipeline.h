@@ -55,7 +55,8 @@ struct DeviceAccount {
   // Host time inside the engine's enqueue (graph launch, or capture when a batch size is new), and
   // blocked waiting for batches to finish: where the infer thread's time goes.
   double host_enqueue_s = 0, host_wait_s = 0;
-  int64_t device_used_bytes = 0;       // cudaMemGetInfo: total - free, now
+  double host_submit_s = 0;       // all of submit(): the enqueue and every other queued copy, kernel, event
+  int64_t device_used_bytes = 0;  // cudaMemGetInfo: total - free, now
   int64_t device_used_peak_bytes = 0;  // the largest value seen at a batch's end
 };
 

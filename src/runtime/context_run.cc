@@ -105,15 +105,35 @@ Status ContextImpl::capture_graph(const EnqueueArgs& args, BatchState& state, cu
 Status ContextImpl::enqueue(const EnqueueArgs& args, cudaStream_t stream) {
   if (!args.input_nchw || !args.logits)
     return Status::invalid_argument("enqueue: input and logits must be device pointers, got null.");
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   GPULAB_CUDA_TRY(cudaSetDevice(engine_->device()));
+  const auto t1 = Clock::now();
   BatchState* state = nullptr;
   GPULAB_TRY(prepare(args.batch, &state));
   last_stream_ = stream;
+  const auto t2 = Clock::now();
+  // A slow enqueue says which part was slow (gpulab pipeline on an H100 spent 280-640 ms per batch
+  // in here while the decode threads ran, and milliseconds without them).
+  const auto report_if_slow = [&](const char* launch) {
+    const auto ms = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    const auto t3 = Clock::now();
+    if (ms(t0, t3) > 20.0)
+      log_debug(
+          "context: enqueue at batch {} took {:.1f} ms: cudaSetDevice {:.1f}, prepare {:.1f}, {} {:.1f}",
+          args.batch, ms(t0, t3), ms(t0, t1), ms(t1, t2), launch, ms(t2, t3));
+  };
   // The legacy default stream cannot be captured; run eagerly there.
-  if (!args.use_cuda_graph || stream == nullptr)
-    return run_steps(args.batch, *state, args.input_nchw, args.logits, stream, nullptr);
+  if (!args.use_cuda_graph || stream == nullptr) {
+    const Status run = run_steps(args.batch, *state, args.input_nchw, args.logits, stream, nullptr);
+    report_if_slow("the steps' launches");
+    return run;
+  }
   GPULAB_TRY(capture_graph(args, *state, stream));
   GPULAB_CUDA_TRY(cudaGraphLaunch(state->exec, stream));
+  report_if_slow("capture check and cudaGraphLaunch");
   return Status::ok();
 }
 

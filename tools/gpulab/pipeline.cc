@@ -171,7 +171,8 @@ nlohmann::json to_json(const PipelineCliOptions& o, const Classifier& c, const P
                                                  {"model_s", dev.model_s},
                                                  {"output_s", dev.output_s},
                                                  {"host_enqueue_s", dev.host_enqueue_s},
-                                                 {"host_wait_s", dev.host_wait_s}}
+                                                 {"host_wait_s", dev.host_wait_s},
+                                                 {"host_submit_s", dev.host_submit_s}}
                                 : nlohmann::json(nullptr)},
       {"memory",
        {{"rss_after_first_pass_bytes", s.rss_after_first_pass_bytes},
@@ -251,8 +252,11 @@ void print_table(const PipelineCliOptions& o, const Classifier& c, const Pipelin
         dev.h2d_s > 0 ? dev.h2d_bytes / dev.h2d_s * 1e-9 : 0.0, dev.h2d_bytes / kMiB, dev.h2d_s);
     fmt::print("GPU busy time: {:.3f} s preprocessing, {:.3f} s the model, {:.3f} s top-k and results\n",
                dev.preprocess_s, dev.model_s, dev.output_s);
-    fmt::print("Infer thread: {:.3f} s in the engine's enqueue, {:.3f} s waiting for batches to finish\n",
-               dev.host_enqueue_s, dev.host_wait_s);
+    fmt::print(
+        "Infer thread: {:.3f} s queueing batches ({:.3f} s of it in the engine's enqueue), {:.3f} s waiting "
+        "for "
+        "them to finish\n",
+        dev.host_submit_s, dev.host_enqueue_s, dev.host_wait_s);
     fmt::print("Device memory in use: {:.1f} MiB after pass 1, {:.1f} MiB at the end, peak {:.1f} MiB\n",
                s.device_used_after_first_pass_bytes / kMiB, dev.device_used_bytes / kMiB,
                dev.device_used_peak_bytes / kMiB);
