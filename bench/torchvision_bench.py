@@ -416,9 +416,14 @@ def notes(entry: dict) -> str:
     parts = []
     if entry.get("status") != "ok":
         parts.append(f"{entry.get('status')}: {entry.get('reason', '')}"[:200])
-    off = [p.upper() for p, ok in entry.get("errors_ok", {}).items() if ok is False]
+    off = [p for p, ok in entry.get("errors_ok", {}).items() if ok is False]
     if off:
-        parts.append(f"gpulab's logits off the {'/'.join(off)} tolerance")
+        parts.append(f"gpulab's logits off the {'/'.join(p.upper() for p in off)} tolerance")
+        # PyTorch's own error in that precision, on the same input: whether the bound or gpulab is off.
+        own = [f"{p.upper()} {entry['torch_errors'][p]:.1e}" for p in off
+               if entry.get("torch_errors", {}).get(p) is not None]
+        if own:
+            parts[-1] += f" (PyTorch's own: {', '.join(own)})"
     if entry.get("slower"):
         parts.append("slower than PyTorch at " + ", ".join(entry["slower"]))
     parts += [f"profile {p['precision']} b{p['batch']}: `{p['json']}`" for p in entry.get("profiles", [])

@@ -112,6 +112,8 @@ class TableTest(unittest.TestCase):
         self.assertEqual(tb.fmt_err(one_off, "fp16"), "2.0e-02 !")
         self.assertEqual(tb.fmt_err(one_off, "bf16"), "–")
         self.assertIn("off the FP16 tolerance", tb.notes(one_off))
+        one_off["torch_errors"] = {"fp16": 2.5e-2}
+        self.assertIn("off the FP16 tolerance (PyTorch's own: FP16 2.5e-02)", tb.notes(one_off))
         self.assertNotIn("FP32", tb.notes(one_off))
 
     def test_slower_than_pytorch_is_bold_and_noted_with_its_profile(self):
