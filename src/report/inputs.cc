@@ -482,6 +482,22 @@ Result<PipelineReport> pipeline_from_json(const json& doc) {
                                    {"gpu_busy_share", &p.gpu_busy_share}}) {
     GPULAB_ASSIGN_OR_RETURN(*field, r.optional<double>(key));
   }
+  GPULAB_ASSIGN_OR_RETURN(const json* split, r.optional_object("gpu_split"));
+  if (split) {
+    const JsonReader g = r.child(*split, "gpu_split");
+    PipelineReport::GpuSplit gs;
+    for (const auto& [key, field] : {std::pair{"preprocess_s", &gs.preprocess_s},
+                                     {"model_s", &gs.model_s},
+                                     {"output_s", &gs.output_s}}) {
+      GPULAB_ASSIGN_OR_RETURN(*field, g.number(key));
+    }
+    for (const auto& [key, field] : {std::pair{"host_submit_s", &gs.host_submit_s},
+                                     {"host_enqueue_s", &gs.host_enqueue_s},
+                                     {"host_wait_s", &gs.host_wait_s}}) {
+      GPULAB_ASSIGN_OR_RETURN(*field, g.optional<double>(key));
+    }
+    p.gpu_split = gs;
+  }
   GPULAB_ASSIGN_OR_RETURN(p.compute_only_source, text_or_empty(r, "compute_only_source"));
   GPULAB_ASSIGN_OR_RETURN(const json* stages, r.array("stages"));
   if (stages->empty()) return r.bad("stages", "empty");

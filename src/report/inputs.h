@@ -77,6 +77,12 @@ struct PipelineReport {
   double limiting_capacity_ips = 0;
   std::optional<double> margin;  // next stage's capacity / the limiting one's
   std::optional<double> compute_only_ips, end_to_end_vs_compute, h2d_gb_s, gpu_busy_share;
+  // gpu_split (GPU path): the GPU's busy time in parts and the infer thread's host time, seconds.
+  struct GpuSplit {
+    double preprocess_s = 0, model_s = 0, output_s = 0;
+    std::optional<double> host_submit_s, host_enqueue_s, host_wait_s;
+  };
+  std::optional<GpuSplit> gpu_split;
   std::string compute_only_source;
   std::optional<int64_t> rss_peak_bytes;
   std::optional<double> rss_growth_fraction;

@@ -68,6 +68,24 @@ Section pipeline_section(const Input& input, const PipelineReport& p, const std:
       html::percent(p.end_to_end_vs_compute),
       html::bytes(p.rss_peak_bytes ? std::optional<double>(*p.rss_peak_bytes) : std::nullopt),
       html::percent(p.rss_growth_fraction, 2));
+  if (p.gpu_busy_share) {
+    more += fmt::format(
+        "<p>GPU busy {} of the wall time{}{}.", html::percent(p.gpu_busy_share),
+        p.gpu_split ? fmt::format(" ({:.3f} s preprocessing, {:.3f} s the model, {:.3f} s top-k "
+                                  "and results)",
+                                  p.gpu_split->preprocess_s, p.gpu_split->model_s, p.gpu_split->output_s)
+                    : std::string(),
+        p.h2d_gb_s ? fmt::format("; uploads at {:.1f} GB/s", *p.h2d_gb_s) : std::string());
+    if (p.gpu_split && p.gpu_split->host_enqueue_s)
+      more += fmt::format(
+          " The infer thread spent {} s queueing batches, {:.3f} s of it in the engine's enqueue, and {} s "
+          "waiting for them: a model part on the GPU as long as the enqueue means the host was late, not the "
+          "GPU slow.",
+          p.gpu_split->host_submit_s ? fmt::format("{:.3f}", *p.gpu_split->host_submit_s) : std::string("?"),
+          *p.gpu_split->host_enqueue_s,
+          p.gpu_split->host_wait_s ? fmt::format("{:.3f}", *p.gpu_split->host_wait_s) : std::string("?"));
+    more += "</p>\n";
+  }
   sec.blocks.push_back(html_block("<h3>Stages</h3>\n" + html::table(t) + more));
   sec.glance.push_back(
       fmt::format("<a href=\"#{}\">Pipeline</a> of {}: {} images/s end to end, limited by the <b>{}</b> "

@@ -148,6 +148,10 @@ const char* kMonitorJsonLines =
 fs::path pipeline_record() {
   return testing::source_dir() / "bench/results/2026-12-05-32716b3/cpu_pipeline_sample256_loop50.json";
 }
+// A GPU run of gpulab pipeline on an H100, with the split of its GPU and infer-thread time.
+fs::path gpu_pipeline_record() {
+  return testing::source_dir() / "bench/results/2026-12-06-ef9bcb0/diag2_pipe_gpu.json";
+}
 
 std::optional<fs::path> python_fixture_dir() {
   const char* dir = std::getenv("GPULAB_REPORT_FIXTURE_DIR");
@@ -304,7 +308,7 @@ TEST(ReportInputs, MutatedAndTruncatedDocumentsNeverCrashTheReaders) {
   json sweep = simulated_sweep_json();
   sweep["points"] = json::array({sweep["points"][0], sweep["points"].back()});  // an ok and an oom point
   docs.push_back(sweep);
-  std::vector<fs::path> files = {pipeline_record()};
+  std::vector<fs::path> files = {pipeline_record(), gpu_pipeline_record()};
   if (const auto dir = python_fixture_dir()) files.push_back(*dir / "accuracy.json");
   for (const fs::path& file : files) {
     auto text = read_file_text(file);
@@ -490,6 +494,25 @@ std::vector<Input> all_inputs() {
     if (in.is_ok()) out.push_back(std::move(*in));
   }
   return out;
+}
+
+TEST(ReportPage, APipelineOnTheGpuSaysWhereTheGpuAndTheInferThreadSpentTheirTime) {
+  auto in = read_input(gpu_pipeline_record());
+  ASSERT_TRUE(in.is_ok()) << in.status().to_string();
+  const auto& split = std::get<PipelineReport>(in->data).gpu_split;
+  ASSERT_TRUE(split.has_value());
+  EXPECT_NEAR(split->model_s, 15.518, 1e-3);
+  ASSERT_TRUE(split->host_enqueue_s.has_value());
+  EXPECT_NEAR(*split->host_enqueue_s, 15.368, 1e-3);
+  EXPECT_FALSE(split->host_submit_s.has_value());  // written from 2127c8f on
+  const Input inputs[] = {std::move(*in)};
+  auto out = build_report(inputs, {.gnuplot_missing = "not in this test"});
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_NE(out->html.find("(0.005 s preprocessing, 15.518 s the model, 0.001 s top-k and results)"),
+            std::string::npos);
+  EXPECT_NE(
+      out->html.find("? s queueing batches, 15.368 s of it in the engine's enqueue, and 0.060 s waiting"),
+      std::string::npos);
 }
 
 TEST(ReportPage, WithoutGnuplotTheTablesAndTheCsvAreThere) {
