@@ -76,14 +76,17 @@ Section pipeline_section(const Input& input, const PipelineReport& p, const std:
                                   p.gpu_split->preprocess_s, p.gpu_split->model_s, p.gpu_split->output_s)
                     : std::string(),
         p.h2d_gb_s ? fmt::format("; uploads at {:.1f} GB/s", *p.h2d_gb_s) : std::string());
-    if (p.gpu_split && p.gpu_split->host_enqueue_s)
-      more += fmt::format(
-          " The infer thread spent {} s queueing batches, {:.3f} s of it in the engine's enqueue, and {} s "
-          "waiting for them: a model part on the GPU as long as the enqueue means the host was late, not the "
-          "GPU slow.",
-          p.gpu_split->host_submit_s ? fmt::format("{:.3f}", *p.gpu_split->host_submit_s) : std::string("?"),
-          *p.gpu_split->host_enqueue_s,
-          p.gpu_split->host_wait_s ? fmt::format("{:.3f}", *p.gpu_split->host_wait_s) : std::string("?"));
+    if (p.gpu_split && p.gpu_split->host_enqueue_s) {
+      const auto& g = *p.gpu_split;
+      more += g.host_submit_s ? fmt::format(
+                                    " The infer thread spent {:.3f} s queueing batches, {:.3f} s of it in "
+                                    "the engine's enqueue",
+                                    *g.host_submit_s, *g.host_enqueue_s)
+                              : fmt::format(" The infer thread spent {:.3f} s in the engine's enqueue",
+                                            *g.host_enqueue_s);
+      more += g.host_wait_s ? fmt::format(", and {:.3f} s waiting for batches to finish.", *g.host_wait_s)
+                            : std::string(".");
+    }
     more += "</p>\n";
   }
   sec.blocks.push_back(html_block("<h3>Stages</h3>\n" + html::table(t) + more));

@@ -510,9 +510,10 @@ TEST(ReportPage, APipelineOnTheGpuSaysWhereTheGpuAndTheInferThreadSpentTheirTime
   ASSERT_TRUE(out.is_ok()) << out.status().to_string();
   EXPECT_NE(out->html.find("(0.005 s preprocessing, 15.518 s the model, 0.001 s top-k and results)"),
             std::string::npos);
-  EXPECT_NE(
-      out->html.find("? s queueing batches, 15.368 s of it in the engine's enqueue, and 0.060 s waiting"),
-      std::string::npos);
+  EXPECT_NE(out->html.find(
+                "The infer thread spent 15.368 s in the engine's enqueue, and 0.060 s waiting for batches "
+                "to finish."),
+            std::string::npos);
 }
 
 TEST(ReportPage, WithoutGnuplotTheTablesAndTheCsvAreThere) {
