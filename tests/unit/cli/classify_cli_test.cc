@@ -215,6 +215,15 @@ TEST_F(ClassifyCli, PipelineErrors) {
   r = run_gpulab("pipeline --device cpu " + dir_.string());
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_THAT(r.output, HasSubstr("no images"));
+  // A plan was built with its own options: the flags that change how --model is built are refused.
+  for (const char* flag : {"--timing-cache t.json", "--no-tactic-timing", "--tactic-batch 8"}) {
+    r = run_gpulab(std::string("pipeline --plan p.gpl ") + flag + " " + cat());
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("the plan 'p.gpl' was built already")) << flag;
+  }
+  r = run_gpulab("pipeline --device cpu --max-workspace-mib -1 " + cat());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--max-workspace-mib"));
 }
 
 TEST_F(ClassifyCli, FolderWithoutImages) {
