@@ -3,7 +3,7 @@
 # the gpu-labelled tests, the precision-agreement check on the ImageNet sample set, `gpulab bench`
 # on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
 # Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
-#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep torchvision pipeline crosscheck" bash bench/gpuhost_benchmarks.sh [budget_s]
+#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep torchvision pipeline probe crosscheck" bash bench/gpuhost_benchmarks.sh [budget_s]
 # COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # GPULAB_PREBUILT=file.xz: a gpulab binary an earlier call on the host built (and returned through
@@ -276,6 +276,14 @@ if has pipeline; then
     echo "pipeline mnv2 fullsize rc=$?"
     tail -15 "$out/pipeline_mnv2_fullsize.txt"
   fi
+fi
+if has probe; then
+  # bench/pipeline/enqueue_probe.sh: gpulab pipeline over the sample photos once per variant
+  # (PROBE_VARIANTS, default all: decode threads, malloc tunables, eager launches), with the GPU
+  # split, the infer thread's host time and the enqueue's own log of its slow part.
+  # shellcheck disable=SC2086 # PROBE_VARIANTS is a list of names
+  timeout $(($(left) - 20)) bash bench/pipeline/enqueue_probe.sh "$gpulab" "$mnv2" "$GPULAB_DATASET_DIR/images" \
+    "$out/probe" ${PROBE_VARIANTS:-} 2>&1 | tee "$out/probe.txt"
 fi
 if has crosscheck; then
   # The sweep's NVML telemetry against nvidia-smi's own reading of the same seconds: one point
