@@ -1,6 +1,7 @@
 // gpulab pipeline: image files on disk to predictions, measured stage by stage (docs/metrics.md,
 // "gpulab pipeline").
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "build_flags.h"
 #include "classifier.h"
 #include "cli.h"
+#include "core/log.h"
 #include "data_paths.h"
 #include "gpulab/git_commit.h"
 #include "gpulab/version.h"
@@ -313,6 +315,15 @@ int run_pipeline_command(PipelineCliOptions o) {
   build.time_tactics = !o.no_tactic_timing;
   GPULAB_ASSIGN_OR_REPORT(auto files, list_images(o.inputs));
   explain_decoder(o.decoder);
+#ifdef GPULAB_HAVE_GPU_PIPELINE
+  // A plan build with tactic timing takes seconds to a minute: say what the pause is, on a terminal.
+  if (isatty(STDERR_FILENO) && log_level() < LogLevel::kError && o.device != "cpu" && o.plan_path.empty() &&
+      !o.no_tactic_timing && o.build.timing_cache.empty() && cuda_device_available())
+    std::fprintf(
+        stderr,
+        "gpulab: building the plan, timing each layer's tactics (--timing-cache FILE keeps them for the "
+        "next run; --no-tactic-timing skips them)\n");
+#endif
   GPULAB_ASSIGN_OR_REPORT(std::unique_ptr<Classifier> classifier, load_classifier({.model_path = o.model_path,
                                                                                    .plan_path = o.plan_path,
                                                                                    .device = o.device,
