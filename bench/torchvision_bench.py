@@ -529,7 +529,10 @@ def parse_args(argv=None):
     p.add_argument("--retry-unsupported", action="store_true", help="ask gpulab again about unsupported models")
     args = p.parse_args(argv)
     args.batches = parse_list(p, "--batch", args.batch, int)
-    args.precisions = parse_list(p, "--precision", args.precision, str)  # checked by run(), which has torch
+    args.precisions = parse_list(p, "--precision", args.precision, str)
+    bad = [x for x in args.precisions if x not in grid.PRECISIONS]  # compare_pytorch.py's, without torch
+    if bad:
+        p.error(f"--precision: {bad} not in {list(grid.PRECISIONS)}")
     if args.iters < 1 or args.warmup < 0 or args.check_images < 1:
         p.error("--iters and --check-images must be at least 1, --warmup at least 0")
     if not (args.device == "cpu" or args.device == "cuda" or args.device.startswith("cuda:")):
@@ -566,9 +569,6 @@ def run(args) -> int:
     load_libraries()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit(f"torchvision_bench: torch {torch.__version__} sees no CUDA GPU; --device cpu checks the script")
-    bad = [p for p in args.precisions if p not in cp.PRECISIONS]
-    if bad:
-        sys.exit(f"torchvision_bench: --precision: {bad} not in {list(cp.PRECISIONS)}")
     args.version = None
     args.gpulab = find_gpulab(args)
     doc = read_results(args.results)

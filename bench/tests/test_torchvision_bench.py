@@ -1,6 +1,6 @@
 """bench/torchvision_bench.py's torch-free parts on made-up results: --table, resume, the results file,
 argument checks (CTest: bench_torchvision_bench_test). torch is never imported: where the script asks
-torch only for a device's kind (is_done) or has it check --precision (run), a stand-in answers."""
+torch only for a device's kind (is_done), a stand-in answers."""
 import io
 import json
 import os
@@ -18,8 +18,6 @@ import torchvision_bench as tb  # noqa: E402
 # torch.device(spec).type for "cpu", "cuda" and "cuda:N", and a torch without a GPU.
 FAKE_TORCH = types.SimpleNamespace(device=lambda spec: types.SimpleNamespace(type=spec.split(":")[0]),
                                    cuda=types.SimpleNamespace(is_available=lambda: False), __version__="stand-in")
-# compare_pytorch.py's precisions, for run()'s check of --precision.
-FAKE_CP = types.SimpleNamespace(PRECISIONS=("fp32", "tf32", "fp16", "bf16"))
 
 
 def cell(precision, batch, ms, torch_ms, timed=True):
@@ -317,17 +315,9 @@ class ArgumentsTest(unittest.TestCase):
     def test_an_empty_precision_list_exits_2_with_a_message(self):
         self.assertIn("--precision: empty", self.refused("--results", "r.json", "--precision", " , "))
 
-    def test_an_unknown_precision_is_refused_by_run_before_anything_runs(self):
-        # parse_args leaves the names to run(), which checks them against compare_pytorch.PRECISIONS as soon as
-        # the libraries are loaded: before looking for gpulab or reading --results.
-        args = tb.parse_args(["--results", "/nonexistent/tv.json", "--device", "cpu", "--precision", "fp16,fp64"])
-        with mock.patch.object(tb, "load_libraries", lambda: None), mock.patch.object(tb, "torch", FAKE_TORCH), \
-                mock.patch.object(tb, "cp", FAKE_CP), mock.patch.object(tb, "find_gpulab") as find_gpulab:
-            with self.assertRaises(SystemExit) as stop:
-                tb.run(args)
-        self.assertEqual(stop.exception.code,
-                         "torchvision_bench: --precision: ['fp64'] not in ['fp32', 'tf32', 'fp16', 'bf16']")
-        find_gpulab.assert_not_called()
+    def test_an_unknown_precision_exits_2_with_a_message(self):
+        self.assertIn("--precision: ['fp64'] not in ['fp32', 'tf32', 'fp16', 'bf16']",
+                      self.refused("--results", "r.json", "--precision", "fp16,fp64"))
 
     def test_other_bad_arguments_exit_2(self):
         self.assertIn("--iters and --check-images must be at least 1",
