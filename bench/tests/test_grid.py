@@ -1,4 +1,5 @@
 """bench/grid.py without a GPU: cells run through fake_compare.py (CTest: bench_grid_test)."""
+import ast
 import glob
 import io
 import json
@@ -162,6 +163,15 @@ class GridTest(unittest.TestCase):
         for line in lines:
             self.assertEqual(line.count("|"), 11, line)
         self.assertIn("not measured", grid.table_row("fp32", 1, None))
+
+    def test_the_precisions_are_compare_pytorchs(self):
+        # grid.py (and torchvision_bench.py through it) check precision names without importing torch:
+        # the list must stay the one compare_pytorch.py runs, read here from its source.
+        with open(os.path.join(os.path.dirname(HERE), "compare_pytorch.py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        found = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "PRECISIONS" for t in node.targets)]
+        self.assertEqual(found, [grid.PRECISIONS])
 
     def test_bad_arguments_are_refused(self):
         for argv in (["run", "--model", f"m={self.model}", "--precision", "fp64", "--results", "r"],
