@@ -5,6 +5,7 @@
 # build (bench/gpuhost_benchmarks.sh: GPULAB_PREBUILT=.gpurun/bin/gpulab.xz and, for its tests
 # stage, GPULAB_PREBUILT_TESTS=.gpurun/bin). From the project's root:
 #   bash scripts/gpuhost-prebuild.sh [test target ...]     e.g. quant_kernels_gpu_test engine_gpu_test
+# scripts/gpuhost-call.sh runs them in a device call (tests, then gpuhost_benchmarks.sh's stages).
 # gpulab compresses to about 3.5 MB and a test binary to 0.5-3 MB; a call carries at most 64 MiB
 # with the checkout (about 23 MB) and .gpuhost (about 9 MB of packages, plus the sample photos when
 # a stage needs them, 25 MB), so name only the tests the call runs. Set CMAKE_CXX_COMPILER_LAUNCHER
