@@ -424,9 +424,9 @@ Section sweep_section(const Input& input, const SweepResult& s, const std::strin
           : std::string());
   const sweep::SweepTime t = sweep::sweep_time(s);
   intro += fmt::format(
-      "<p>Where the time went: plan builds {:.1f} s ({} plans), accuracy gates {:.1f} s, timed windows "
+      "<p>Where the time went: plan builds {:.1f} s ({} plans{}), accuracy gates {:.1f} s, timed windows "
       "{:.1f} s, the rest {:.1f} s (warm-ups, contexts, out-of-memory attempts, ceilings).</p>\n",
-      t.builds, t.plans, t.gates, t.windows, t.rest);
+      t.builds, t.plans, html::escape(sweep::timed_builds_note(t)), t.gates, t.windows, t.rest);
   sec.blocks.push_back(html_block(intro));
   sec.blocks.push_back(html_block("<h3>Recommendation</h3>\n" + recommendation_table(s)));
   if (curves.empty()) {

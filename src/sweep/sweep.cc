@@ -650,12 +650,21 @@ SweepTime sweep_time(const SweepResult& result) {
     if (p.plan.source == "build") {
       t.builds += p.plan.seconds;
       ++t.plans;
+      if (p.plan.tactics == "timed") {
+        t.timed_builds += p.plan.seconds;
+        ++t.timed_plans;
+      }
     }
     if (p.bench) t.windows += p.bench->wall_s;
   }
   for (const auto& [precision, a] : result.accuracy) t.gates += a.seconds;
   t.rest = std::max(0.0, result.seconds - t.builds - t.windows - t.gates);
   return t;
+}
+
+std::string timed_builds_note(const SweepTime& t) {
+  if (t.timed_plans == 0) return {};
+  return fmt::format("; {:.1f} s in the {} that timed tactics", t.timed_builds, t.timed_plans);
 }
 
 PointWarnings point_warnings(const SweepResult& result) {

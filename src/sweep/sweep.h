@@ -325,8 +325,14 @@ void warn_of_throughput_drop(std::vector<SweepPoint>& points);
 struct SweepTime {
   double builds = 0, gates = 0, windows = 0, rest = 0;
   int plans = 0;
+  // Of the builds, those that timed tactics at their own batch (PlanFacts::tactics "timed"): the
+  // cost --timed-tactics-ratio and --timed-tactics-up-to trade against throughput.
+  double timed_builds = 0;
+  int timed_plans = 0;
 };
 SweepTime sweep_time(const SweepResult& result);
+// "; 419.0 s in the 18 that timed tactics" for the printout and the report ("" without any).
+std::string timed_builds_note(const SweepTime& t);
 
 // The points' warnings worth reading one by one, in order (a throughput drop, dropped samples...),
 // and how many of the measured points only say they are unstable, a note that a power cap makes

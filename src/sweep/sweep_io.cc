@@ -750,9 +750,10 @@ std::string format_sweep(const SweepResult& s) {
       s.options.include_transfers ? "" : "not ");
   const SweepTime t = sweep_time(s);
   out += fmt::format(
-      "Time: {:.1f} s = plan builds {:.1f} s ({} plan{}) + accuracy gates {:.1f} s + "
+      "Time: {:.1f} s = plan builds {:.1f} s ({} plan{}{}) + accuracy gates {:.1f} s + "
       "timed windows {:.1f} s + the rest {:.1f} s (warm-ups, contexts, out-of-memory attempts, ceilings)\n\n",
-      s.seconds, t.builds, t.plans, t.plans == 1 ? "" : "s", t.gates, t.windows, t.rest);
+      s.seconds, t.builds, t.plans, t.plans == 1 ? "" : "s", timed_builds_note(t), t.gates, t.windows,
+      t.rest);
   const bool limits = !s.options.power_limits_w.empty();
   out += fmt::format("{:<5} {:>6} {}{:<7} {:>9} {:>9} {:>11} {:>6} {:>12} {:>11} {:>8} {:>7}  {}\n", "prec",
                      "batch", limits ? fmt::format("{:>6} ", "limit") : "", "status", "p50", "p99", "img/s",

@@ -544,17 +544,22 @@ TEST(SweepTable, SaysWhereTheTimeWent) {
   ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
   ASSERT_EQ(r.result.points.size(), 2u);
   // Made-up times: two plans built in 30 and 12 s, timed windows of 1 s, a 20 s gate, 70 s in all.
+  // The first timed its tactics, the second reused them.
   r.result.points[0].plan.source = r.result.points[1].plan.source = "build";
   r.result.points[0].plan.seconds = 30;
+  r.result.points[0].plan.tactics = "timed";
   r.result.points[1].plan.seconds = 12;
+  r.result.points[1].plan.tactics = "timed at 1";
   r.result.points[0].bench->wall_s = r.result.points[1].bench->wall_s = 1;
   r.result.accuracy["fp16"].seconds = 20;
   r.result.seconds = 70;
-  EXPECT_NE(
-      format_sweep(r.result).find("Time: 70.0 s = plan builds 42.0 s (2 plans) + accuracy gates 20.0 s + "
-                                  "timed windows 2.0 s + the rest 6.0 s"),
-      std::string::npos)
+  EXPECT_NE(format_sweep(r.result).find(
+                "Time: 70.0 s = plan builds 42.0 s (2 plans; 30.0 s in the 1 that timed tactics) + accuracy "
+                "gates 20.0 s + timed windows 2.0 s + the rest 6.0 s"),
+            std::string::npos)
       << format_sweep(r.result);
+  r.result.points[0].plan.tactics = "simulated";
+  EXPECT_NE(format_sweep(r.result).find("plan builds 42.0 s (2 plans) + accuracy"), std::string::npos);
 }
 
 TEST(SweepTable, WarnsOfALargerBatchWithHalfTheThroughput) {
