@@ -3,7 +3,7 @@
 # the gpu-labelled tests, the precision-agreement check on the ImageNet sample set, `gpulab bench`
 # on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
 # Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
-#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep torchvision pipeline probe crosscheck" bash bench/gpuhost_benchmarks.sh [budget_s]
+#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep torchvision pipeline probe soak crosscheck" bash bench/gpuhost_benchmarks.sh [budget_s]
 # COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # GPULAB_PREBUILT=file.xz: a gpulab binary an earlier call on the host built (and returned through
@@ -284,6 +284,34 @@ if has probe; then
   # shellcheck disable=SC2086 # PROBE_VARIANTS is a list of names
   timeout $(($(left) - 20)) bash bench/pipeline/enqueue_probe.sh "$gpulab" "$mnv2" "$GPULAB_DATASET_DIR/images" \
     "$out/probe" ${PROBE_VARIANTS:-} 2>&1 | tee "$out/probe.txt"
+fi
+if has soak; then
+  # Issue 29's memory check: gpulab pipeline over the sample photos for about SOAK_S seconds (300 by
+  # default; --loop sized from a 3-pass run's warm rate), then device memory and RSS after pass 1
+  # against the end, from its JSON.
+  soak_s=${SOAK_S:-300}
+  soak() {  # loop json
+    timeout $(($(left) - 10)) "$gpulab" pipeline --model "$mnv2" --precision fp16 --batch 256 --loop "$1" \
+      --device cuda --timing-cache /tmp/gpulab-timing-cache.json --json "$GPULAB_DATASET_DIR/images" > "$2" 2> "$2.log"
+  }
+  soak 3 "$out/soak_probe.json"
+  loops=$(python3 -c "import json,math,sys; d=json.load(open(sys.argv[1])); print(max(2, math.ceil($soak_s * d['warm_throughput_ips'] / d['files'])))" "$out/soak_probe.json" 2>/dev/null || echo 0)
+  if [ "$loops" -gt 0 ] && [ "$(left)" -gt $((soak_s + 60)) ]; then
+    soak "$loops" "$out/soak.json"
+    echo "soak rc=$? ($loops passes)"
+    python3 - "$out/soak.json" << 'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+m, mib = d["memory"], 1 << 20
+print(f"soak: {d['images']} images in {d['wall_s']:.0f} s ({d['warm_throughput_ips']:.0f} img/s warm); "
+      f"device memory {(m['device_used_after_first_pass_bytes'] or 0) / mib:.1f} -> {(m['device_used_final_bytes'] or 0) / mib:.1f} MiB; "
+      f"RSS {m['rss_after_first_pass_bytes'] / mib:.1f} -> {m['rss_final_bytes'] / mib:.1f} MiB "
+      f"({100 * (m['rss_growth_fraction'] or 0):+.2f}%); heap {m['heap_after_first_pass_bytes'] / mib:.1f} -> "
+      f"{m['heap_before_last_pass_bytes'] / mib:.1f} MiB")
+EOF
+  else
+    echo "soak: not run ($loops passes; $(left) s left for a $soak_s s run)"
+  fi
 fi
 if has crosscheck; then
   # The sweep's NVML telemetry against nvidia-smi's own reading of the same seconds: one point
