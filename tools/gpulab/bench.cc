@@ -76,12 +76,7 @@ Status check_flags(BenchFlags& f, bool precision_given) {
                     f.plan_path));
   }
   // The other build options: a plan was built with its own, so they would be ignored.
-  if (const char* flag = first_build_flag_given(f.build); flag && !f.plan_path.empty()) {
-    return Status::invalid_argument(fmt::format(
-        "{}: it changes how --model is built; the plan '{}' was built already. Drop {}, or pass it "
-        "to `gpulab build`.",
-        flag, f.plan_path, flag));
-  }
+  GPULAB_TRY(refuse_build_flags_with_plan(f.build, f.plan_path));
   if (!f.gpus.empty()) {
     for (const auto& [given, flag] : {std::pair{f.options.profile, "--profile"},
                                       {f.ceilings, "--ceilings"},

@@ -69,7 +69,16 @@ Result<BuildOptions> build_options_from(const BuildFlags& flags) {
   return options;
 }
 
-const char* first_build_flag_given(const BuildFlags& flags) {
+Status refuse_build_flags_with_plan(const BuildFlags& flags, const std::string& plan_path,
+                                    const char* also_given) {
+  if (plan_path.empty()) return Status::ok();
+  const auto refuse = [&plan_path](const char* flag) {
+    return Status::invalid_argument(fmt::format(
+        "{}: it changes how --model is built; the plan '{}' was built already. Drop {}, or pass it to "
+        "`gpulab build`.",
+        flag, plan_path, flag));
+  };
+  if (also_given) return refuse(also_given);
   const std::pair<const char*, bool> given[] = {{"--timing-cache", !flags.timing_cache.empty()},
                                                 {"--no-stem-space-to-depth", flags.no_stem_space_to_depth},
                                                 {"--no-fuse-stem", flags.no_fuse_stem},
@@ -79,8 +88,8 @@ const char* first_build_flag_given(const BuildFlags& flags) {
                                                 {"--max-workspace-mib", flags.max_workspace_mib.has_value()},
                                                 {"--tactic-batch", flags.tactic_batch.has_value()}};
   for (const auto& [flag, is_given] : given)
-    if (is_given) return flag;
-  return nullptr;
+    if (is_given) return refuse(flag);
+  return Status::ok();
 }
 
 }  // namespace gpulab::cli

@@ -37,8 +37,10 @@ void add_build_flags(CLI::App* sub, BuildFlags* flags, std::string_view help_pre
 // 1..1048576, or --batch-chunks when its mode is not known or --no-batch-chunks contradicts it.
 Result<BuildOptions> build_options_from(const BuildFlags& flags);
 
-// The first of the flags that was given (for `bench --plan`, where they would do nothing), or
-// nullptr.
-const char* first_build_flag_given(const BuildFlags& flags);
+// With a plan (`bench --plan`, `pipeline --plan`), flags that change how --model is built would do
+// nothing: kInvalidArgument naming the first one given (`also_given` first: a command's own build
+// flag, e.g. pipeline's --no-tactic-timing, or nullptr) and the plan. OK without a plan.
+Status refuse_build_flags_with_plan(const BuildFlags& flags, const std::string& plan_path,
+                                    const char* also_given = nullptr);
 
 }  // namespace gpulab::cli

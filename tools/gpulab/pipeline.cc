@@ -301,13 +301,10 @@ int run_pipeline_command(PipelineCliOptions o) {
   }
   if (o.cache_mib < 0) return report(Status::invalid_argument("--cache-mib must not be negative."));
   // A plan was built with its own options; the build flags would be ignored.
-  if (const char* flag = o.no_tactic_timing ? "--no-tactic-timing" : first_build_flag_given(o.build);
-      flag && !o.plan_path.empty()) {
-    return report(Status::invalid_argument(fmt::format(
-        "{}: it changes how --model is built; the plan '{}' was built already. Drop {}, or pass it to "
-        "`gpulab build`.",
-        flag, o.plan_path, flag)));
-  }
+  if (const Status s = refuse_build_flags_with_plan(o.build, o.plan_path,
+                                                    o.no_tactic_timing ? "--no-tactic-timing" : nullptr);
+      !s.is_ok())
+    return report(s);
   // A throughput run: the candidates' timing (seconds to a minute, once per timing cache) buys
   // inference many times faster than cuDNN's first choices on some models (the bundled
   // MobileNetV2 in FP16 on an H100: 137 ms per batch of 256 with them).
