@@ -85,7 +85,7 @@ class CudaTarget final : public SweepTarget {
     tactics_ = !build.time_tactics ? "heuristic"
                : build.tactic_batch > 0 && build.tactic_batch < batch
                    ? fmt::format("timed at {}", build.tactic_batch)
-                   : "timed";
+                   : std::string(kTimedTactics);
     log_memory(fmt::format("the {} plan build at batch {}", precision_name(precision), batch));
     return facts("build", seconds_since(start));
   }

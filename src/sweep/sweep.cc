@@ -650,7 +650,7 @@ SweepTime sweep_time(const SweepResult& result) {
     if (p.plan.source == "build") {
       t.builds += p.plan.seconds;
       ++t.plans;
-      if (p.plan.tactics == "timed") {
+      if (p.plan.tactics == kTimedTactics) {
         t.timed_builds += p.plan.seconds;
         ++t.timed_plans;
       }

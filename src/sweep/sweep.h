@@ -54,6 +54,8 @@ struct PlanFacts {
   std::string tactics;
   double seconds = 0;  // host time the plan took
 };
+// PlanFacts::tactics of a plan that timed its tactics at its own batch.
+inline constexpr std::string_view kTimedTactics = "timed";
 
 // Where an out-of-memory happened.
 enum class OomStage { kBuild, kContext, kRun };
@@ -331,7 +333,8 @@ struct SweepTime {
   int timed_plans = 0;
 };
 SweepTime sweep_time(const SweepResult& result);
-// "; 419.0 s in the 18 that timed tactics" for the printout and the report ("" without any).
+// "; 418.8 s in the 20 that timed tactics" (the H100 sweep of bench/results/2026-12-06-ef9bcb0) for
+// the printout and the report; "" when no plan timed its tactics.
 std::string timed_builds_note(const SweepTime& t);
 
 // The points' warnings worth reading one by one, in order (a throughput drop, dropped samples...),
