@@ -64,6 +64,12 @@ if [ -n "${GPULAB_PREBUILT:-}" ]; then
     exit 1
   fi
   chmod +x "$build/gpulab"
+  if ! "$build/gpulab" --version > "$out/version.txt" 2>&1; then
+    echo "gpuhost_benchmarks: the prebuilt gpulab does not run here:" >&2
+    cat "$out/version.txt" >&2
+    ldd "$build/gpulab" | grep "not found" >&2
+    exit 1
+  fi
 else
   # The torchvision fixtures need the python3 with torch on PATH (the host's venv): CMake would pick
   # /usr/bin/python3 first, which has no numpy there.
@@ -102,17 +108,27 @@ if has tests; then
   [ "$stages" = " tests " ] && tests_s=$(($(left) - 10))
   if [ -n "${GPULAB_PREBUILT_TESTS:-}" ]; then
     # Test binaries scripts/gpuhost-prebuild.sh built on the development machine (<name>.xz in that
-    # folder), each run whole, or with TESTS_FILTER as its --gtest_filter, against the fixtures
-    # exported above.
+    # folder): those TESTS names ("name" or "name:gtest_filter", in order), else every *_test.xz
+    # there, each run whole or with its filter (TESTS_FILTER when it has none), against the
+    # fixtures exported above.
     export GPULAB_MODEL_FIXTURES=$PWD/$build/fixtures
     tests_end=$(($(date +%s) + tests_s))
-    for f in "$GPULAB_PREBUILT_TESTS"/*_test.xz; do
-      [ -e "$f" ] || { echo "gpuhost_benchmarks: no *_test.xz in $GPULAB_PREBUILT_TESTS"; break; }
-      t=$(basename "$f" .xz)
+    entries=${TESTS:-}
+    if [ -z "$entries" ]; then
+      for f in "$GPULAB_PREBUILT_TESTS"/*_test.xz; do
+        [ -e "$f" ] && entries="$entries $(basename "$f" .xz)"
+      done
+      [ -n "$entries" ] || echo "gpuhost_benchmarks: no *_test.xz in $GPULAB_PREBUILT_TESTS"
+    fi
+    for entry in $entries; do
+      t=${entry%%:*}
+      filter=${TESTS_FILTER:-}
+      [ "$t" != "$entry" ] && filter=${entry#*:}
+      f=$GPULAB_PREBUILT_TESTS/$t.xz
       xz -dc "$f" > "$build/$t" && chmod +x "$build/$t" || { echo "$t: cannot unpack $f"; continue; }
       t_left=$((tests_end - $(date +%s)))
       [ "$t_left" -lt 20 ] && { echo "$t: not run (the stage's time is up)"; continue; }
-      timeout $((t_left < 200 ? t_left : 200)) "$build/$t" ${TESTS_FILTER:+--gtest_filter="$TESTS_FILTER"} \
+      timeout $((t_left < 200 ? t_left : 200)) "$build/$t" ${filter:+--gtest_filter="$filter"} \
         > "$out/$t.log" 2>&1
       echo "$t rc=$? at $(($(date +%s) - start)) s: $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/$t.log" | tr '\n' ' ')"
       grep -E "^\[  FAILED  \] [A-Za-z]|^\[  SKIPPED \] [A-Za-z]" "$out/$t.log" | head -10
