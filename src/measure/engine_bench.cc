@@ -69,8 +69,9 @@ struct StreamState {
 };
 
 // The bench input (fill_bench_input's sequence) written on the device in interleaved lanes
-// (bench_input_lanes): a batch of 40,000 images took about 9 s on one host core and a pageable
-// copy (an H100 sweep's largest points), and takes milliseconds this way.
+// (bench_input_lanes) instead of on one host core through a pageable copy: an H100 sweep's points
+// near 40,000 images took 18-26 s each that way (a 3-4 s window and build included) and 3-8 s since
+// (bench/results/2026-12-06-9553f1d and -ef9bcb0).
 Status write_bench_input(float* d_input, int64_t elems, cudaStream_t stream) {
   constexpr int64_t kLanes = int64_t{1} << 17;
   const BenchInputLanes lanes = bench_input_lanes(std::min(elems, kLanes));
