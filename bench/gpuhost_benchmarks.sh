@@ -298,7 +298,7 @@ if has probe; then
   # (PROBE_VARIANTS, default all: decode threads, malloc tunables, eager launches), with the GPU
   # split, the infer thread's host time and the enqueue's own log of its slow part.
   # shellcheck disable=SC2086 # PROBE_VARIANTS is a list of names
-  timeout $(($(left) - 20)) bash bench/pipeline/enqueue_probe.sh "$gpulab" "$mnv2" "$GPULAB_DATASET_DIR/images" \
+  TIMING_CACHE=/tmp/gpulab-timing-cache.json timeout $(($(left) - 20)) bash bench/pipeline/enqueue_probe.sh "$gpulab" "$mnv2" "$GPULAB_DATASET_DIR/images" \
     "$out/probe" ${PROBE_VARIANTS:-} 2>&1 | tee "$out/probe.txt"
 fi
 if has soak; then

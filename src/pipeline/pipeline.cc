@@ -13,6 +13,7 @@
 // the function in libasan without the header).
 extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #endif
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,6 +40,11 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// Names the calling thread as top, ps -L, perf and /proc show it (15 characters at most).
+void name_this_thread(const std::string& name) {
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }
 
 double thread_cpu_s() {
@@ -258,6 +264,7 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& options, BatchBackend
   std::vector<std::shared_ptr<const std::vector<std::byte>>> cache(static_cast<size_t>(files));
   int64_t cached_files = 0, readable_files = 0;
   std::thread reader([&] {
+    name_this_thread("gpulab-read");
     const double cpu0 = thread_cpu_s();
     for (int pass = 0; pass < options.loop && !stop; ++pass) {
       for (int64_t i = 0; i < files && !stop; ++i) {
@@ -299,6 +306,7 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& options, BatchBackend
                                          options.dct_scaling ? min_decode_side(options.spec) : 0};
   for (int t = 0; t < threads; ++t) {
     decoders.emplace_back([&, t] {
+      name_this_thread(fmt::format("gpulab-dec{}", t));
       DecodeAccount& acc = accounts[static_cast<size_t>(t)];
       const double cpu0 = thread_cpu_s();
       StageScratch scratch;
