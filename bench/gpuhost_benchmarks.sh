@@ -271,13 +271,14 @@ if has pipeline; then
   # bench/compare_pipeline.py (issue 29): `gpulab pipeline` against PyTorch's DataLoader and its
   # nvJPEG decode on the same files, end to end, for each of PIPELINE_MODELS ("mnv2 r18"), FP16 at
   # batch 256, over the sample photos; PIPELINE_FULLSIZE=1 adds MobileNetV2 over 200 larger JPEGs
-  # (bench/pipeline/make_fullsize_jpegs.py, 1024x768). PIPELINE_ARGS adds flags (e.g. "--loop 20").
+  # (bench/pipeline/make_fullsize_jpegs.py, 1024x768). PIPELINE_ARGS adds flags (e.g. "--loop 20");
+  # gpulab's own passes are PIPELINE_GPULAB_LOOP (40: at 20k+ img/s, five passes would last 0.25 s).
   for name in ${PIPELINE_MODELS:-mnv2 r18}; do
     m=$(model_path "$name") || continue
     [ "$(left)" -lt 60 ] && break
     # shellcheck disable=SC2086 # PIPELINE_ARGS is a list of arguments
     timeout $(($(left) - 20)) python3 bench/compare_pipeline.py "$m" --gpulab "$gpulab" --gpulab-timing-cache /tmp/gpulab-timing-cache.json \
-      --images "$GPULAB_DATASET_DIR/images" --precision fp16 --batch 256 --json "$out/pipeline_$name.json" \
+      --gpulab-loop "${PIPELINE_GPULAB_LOOP:-40}" --images "$GPULAB_DATASET_DIR/images" --precision fp16 --batch 256 --json "$out/pipeline_$name.json" \
       ${PIPELINE_ARGS:-} > "$out/pipeline_$name.txt" 2>&1
     echo "pipeline $name rc=$?"
     tail -15 "$out/pipeline_$name.txt"
@@ -287,7 +288,7 @@ if has pipeline; then
       --source "$GPULAB_DATASET_DIR/images" > "$out/fullsize.log" 2>&1
     # shellcheck disable=SC2086
     timeout $(($(left) - 20)) python3 bench/compare_pipeline.py "$mnv2" --gpulab "$gpulab" --gpulab-timing-cache /tmp/gpulab-timing-cache.json \
-      --images /tmp/gpulab-fullsize --precision fp16 --batch 256 --json "$out/pipeline_mnv2_fullsize.json" \
+      --gpulab-loop "${PIPELINE_GPULAB_LOOP:-40}" --images /tmp/gpulab-fullsize --precision fp16 --batch 256 --json "$out/pipeline_mnv2_fullsize.json" \
       ${PIPELINE_ARGS:-} > "$out/pipeline_mnv2_fullsize.txt" 2>&1
     echo "pipeline mnv2 fullsize rc=$?"
     tail -15 "$out/pipeline_mnv2_fullsize.txt"

@@ -168,6 +168,9 @@ struct PipelineStats {
   int64_t batch = 0;
   int decode_threads = 0;
   int queue_depth = 0;
+  // Before the clock: staging buffers and, on the GPU, the engine's plans and CUDA graph for the
+  // batch size (seconds for cuDNN's plans; inside pass 1 it would pass for slow decoding).
+  double setup_s = 0;
   double wall_s = 0;          // first file read to last result
   double first_pass_s = 0;    // pass 1: files come from disk (or the OS page cache)
   double throughput_ips = 0;  // images / wall_s

@@ -147,6 +147,7 @@ nlohmann::json to_json(const PipelineCliOptions& o, const Classifier& c, const P
       {"passes", s.passes},
       {"images", s.images},
       {"failed_images", s.failed_images},
+      {"setup_s", s.setup_s},
       {"wall_s", s.wall_s},
       {"first_pass_s", s.first_pass_s},
       {"throughput_ips", s.throughput_ips},
@@ -221,6 +222,8 @@ void print_table(const PipelineCliOptions& o, const Classifier& c, const Pipelin
              o.dct_scaling ? "on" : "off", s.dct_scaled_images);
   fmt::print("Files in RAM after pass 1: {} ({:.1f} MiB cached)\n", s.files_cached ? "yes" : "no",
              static_cast<double>(s.cached_bytes) / kMiB);
+  fmt::print("Set-up before the clock: {:.2f} s (staging buffers{})\n", s.setup_s,
+             facts.preprocess == "gpu" ? "; the engine's plans and CUDA graph at this batch" : "");
   fmt::print("End to end: {} images in {:.2f} s: {:.1f} img/s", s.images, s.wall_s, s.throughput_ips);
   if (s.warm_throughput_ips > 0)
     fmt::print(" (pass 1: {:.2f} s; passes 2-{}: {:.1f} img/s)", s.first_pass_s, s.passes,

@@ -193,6 +193,9 @@ TEST_F(ClassifyCli, PipelinePredictionsEqualClassify) {
   EXPECT_EQ(pj["files_cached_in_ram"], true);
   EXPECT_EQ(pj["stages"].size(), 3u);
   EXPECT_EQ(pj["limiting_stage"]["name"], "infer");
+  ASSERT_TRUE(pj["setup_s"].is_number());  // before the clock, so not part of wall_s
+  EXPECT_GE(pj["setup_s"].get<double>(), 0.0);
+  EXPECT_GT(pj["wall_s"].get<double>(), 0.0);
   ASSERT_EQ(cj["images"].size(), pj["predictions"].size());
   for (size_t i = 0; i < cj["images"].size(); ++i) {
     const auto& a = cj["images"][i];
