@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Where gpulab pipeline's infer thread loses its time on the GPU path (docs/performance.md, "The
-# input pipeline and torchvision classifiers on an H100"): on an H100 the engine's enqueue took
-# 280-640 ms per batch of 256 while the decode threads ran, more with more of them, and milliseconds
-# once they had stopped. Runs one `gpulab pipeline --json -v` per variant over the same photos and
+# input pipeline and torchvision classifiers on an H100"). Its first run (2026-12-06, d99c91e)
+# showed the enqueue time to be one 3-9 s preparation of cuDNN plans per new batch size, not a
+# slow enqueue per batch (f09ee28 prepares before the clock). Runs one `gpulab pipeline --json -v` per variant over the same photos and
 # prints, per variant, the warm img/s, the GPU busy split, the infer thread's host time and the
 # enqueue log lines (which part of the enqueue was slow), and per thread (thread_sampler.py, from
 # /proc every 5 ms) its user and system CPU time and where its samples found it. Variants:

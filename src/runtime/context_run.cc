@@ -113,8 +113,8 @@ Status ContextImpl::enqueue(const EnqueueArgs& args, cudaStream_t stream) {
   GPULAB_TRY(prepare(args.batch, &state));
   last_stream_ = stream;
   const auto t2 = Clock::now();
-  // A slow enqueue says which part was slow (gpulab pipeline on an H100 spent 280-640 ms per batch
-  // in here while the decode threads ran, and milliseconds without them).
+  // A slow enqueue says which part was slow (on an H100, 2026-12-06: `prepare`, 3-9 s, the first
+  // time a batch size is seen: cuDNN's plans for each convolution).
   const auto report_if_slow = [&](const char* launch) {
     const auto ms = [](Clock::time_point a, Clock::time_point b) {
       return std::chrono::duration<double, std::milli>(b - a).count();
