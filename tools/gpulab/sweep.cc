@@ -419,6 +419,13 @@ int run_sweep_command(SweepFlags f) {
           Status::invalid_argument(fmt::format("--resume: '{}' ran on a {} target, this sweep on a {} one.",
                                                f.resume_path, previous->target.kind, result.target.kind)));
     }
+    // Points of two GPUs in one table would pass for one GPU's curve (an H100 sweep resumed on an
+    // H200 is the case that asked for this).
+    if (!previous->target.description.empty() && previous->target.description != result.target.description) {
+      return report(Status::invalid_argument(fmt::format(
+          "--resume: '{}' was measured on {}; this sweep runs on {}. Start a new sweep with --json.",
+          f.resume_path, previous->target.description, result.target.description)));
+    }
   }
 
   // The power-limit axis: remember the limit, restore it however the sweep ends.

@@ -372,6 +372,17 @@ TEST_F(SweepCli, SigtermRestoresThePowerLimitAndTheSweepResumes) {
   for (size_t i = 0; i < measured; ++i) EXPECT_EQ(done["points"][i], partial["points"][i]) << i;
   EXPECT_EQ(limit_in(state), 700);
 
+  // Resuming another GPU's sweep is refused.
+  json elsewhere = done;
+  elsewhere["target"]["description"] = "NVIDIA H100 80GB HBM3 (sm_90)";
+  const fs::path other_gpu = write("other_gpu.json", elsewhere);
+  const CliRun moved = run_gpulab("sweep --telemetry none --simulate '" + sim.string() + "' --resume '" +
+                                  other_gpu.string() + "'");
+  EXPECT_EQ(moved.exit_code, 2) << moved.output;
+  EXPECT_NE(moved.err.find("was measured on NVIDIA H100 80GB HBM3 (sm_90); this sweep runs on simulated"),
+            std::string::npos)
+      << moved.err;
+
   // Resuming another model's sweep is refused.
   const fs::path other = write("other.json", {{"memory_mib", 999}});
   const CliRun wrong = run_gpulab("sweep --telemetry none --simulate '" + other.string() + "' --resume '" +
