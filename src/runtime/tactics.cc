@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <optional>
@@ -84,6 +85,15 @@ class TimingRig {
   // A failure is logged (debug) as "tactics: <what> failed to run: <why>".
   Result<std::optional<double>> time(const std::function<Status()>& run, double give_up_after_ms,
                                      bool judge_warm_up, const std::string& what) {
+    const auto started = std::chrono::steady_clock::now();
+    const struct CountTime {
+      TimingRig& rig;
+      std::chrono::steady_clock::time_point started;
+      ~CountTime() {
+        rig.timing_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        ++rig.timing_runs;
+      }
+    } count{*this, started};
     GPULAB_CUDA_TRY(cudaEventRecord(start_, stream));
     const Status first = run();
     GPULAB_CUDA_TRY(cudaEventRecord(stop_, stream));
@@ -121,6 +131,10 @@ class TimingRig {
   cudaStream_t stream = nullptr;
   Scratch x, w, b, r, y, ws;  // a layer's input, weight, bias, residual, output; cuDNN's workspace
   Scratch y2, scale;          // 8-bit layers: the second kernel's output, the weight scales
+  // Where a build's tactic search spends its time: cuDNN making candidate lists and building (and
+  // runtime-compiling) candidate plans, and time() measuring candidates, wall seconds.
+  double candidate_build_s = 0, timing_s = 0;
+  int64_t candidates_built = 0, timing_runs = 0;
 
  private:
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
@@ -253,7 +267,10 @@ CudnnSearch make_search(TimingRig& rig, const cuda::ConvProblem& problem, std::s
   for (bool fused : {true, false}) {
     auto form = problem;
     form.fused = fused;
+    const auto started = std::chrono::steady_clock::now();
     auto conv = cuda::CudnnConv::with_candidates(rig.libs.cudnn(), form);
+    rig.candidate_build_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (conv.is_ok()) {
       log_info("tactics: {} ({}): {} cuDNN candidates", search.label, fused ? "fused" : "unfused",
                (*conv)->candidate_count());
@@ -273,7 +290,12 @@ Status time_cudnn(TimingRig& rig, CudnnSearch& search, size_t f, const cuda::Con
   auto& conv = search.forms[f];
   for (; search.next[f] < conv->candidate_count() && search.timed[f] < max_timed; ++search.next[f]) {
     const int64_t i = search.next[f];
-    if (const Status built = conv->select(i); !built.is_ok()) {
+    const auto build_start = std::chrono::steady_clock::now();
+    const Status built = conv->select(i);
+    rig.candidate_build_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
+    ++rig.candidates_built;
+    if (!built.is_ok()) {
       ++search.rejected;
       log_debug("tactics: {} candidate {} rejected when built: {}", search.label, i, built.message());
       continue;
@@ -767,6 +789,15 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
       "tactics: {} convolution layers on gpulab's own kernels, {} without any cuDNN candidate, {} in "
       "batch chunks",
       report.own_kernel_layers, report.fallback_layers, report.chunked_layers);
+  report.candidate_build_s = rig.candidate_build_s;
+  report.timing_s = rig.timing_s;
+  report.candidates_built = rig.candidates_built;
+  report.timing_runs = rig.timing_runs;
+  if (report.timed_layers > 0)
+    log_info(
+        "tactics: {:.1f} s building {} cuDNN candidate plans (and their lists), {:.1f} s timing {} "
+        "candidates",
+        report.candidate_build_s, report.candidates_built, report.timing_s, report.timing_runs);
   if (q8_layers > 0)
     log_info("tactics: {} INT8/FP8 layers on the tensor-core kernel ({}), {} on the direct one ({})", q8_mma,
              kQ8MmaTactic, q8_layers - q8_mma, kQ8DirectTactic);

@@ -18,6 +18,10 @@ struct TacticReport {
   int fallback_layers = 0;    // layers where no cuDNN candidate ran (an own kernel runs them)
   int own_kernel_layers = 0;  // layers whose tactic is an own kernel ("direct", "depthwise"), cached too
   int chunked_layers = 0;     // timed layers whose winner runs in batch chunks ("chunk<n>:cudnn...")
+  // Where the search's time went (wall seconds): cuDNN's candidate lists and plan builds (runtime
+  // compilation included), and timing candidates on the GPU (own kernels' too).
+  double candidate_build_s = 0, timing_s = 0;
+  int64_t candidates_built = 0, timing_runs = 0;
 };
 
 // Fills PlanStep::tactic of every kConv step ("cudnn:...", "cudnn-unfused:...", "depthwise" or
