@@ -127,6 +127,9 @@ struct EngineInfo {
   int64_t workspace_bytes = 0;         // cuDNN/cuBLASLt workspace of one context
   std::vector<LayerInfo> layers;
   std::map<std::string, std::string> metadata;  // the model's ONNX metadata_props (preprocess.*)
+  // A plan built here (not loaded from a file): its tactic search's wall time building cuDNN
+  // candidate plans and timing candidates; zeros when every tactic came from the timing cache.
+  double tactic_build_s = 0, tactic_timing_s = 0;
 };
 
 // Input and output of one inference. Both pointers are device memory.

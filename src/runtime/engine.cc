@@ -164,6 +164,7 @@ Result<std::shared_ptr<Engine>> build_engine_from_graph(const Graph& graph, cons
       report.timed_layers, report.cached_layers, report.own_kernel_layers, report.fallback_layers);
   if (!options.timing_cache_path.empty()) GPULAB_TRY(cache.save(options.timing_cache_path));
   GPULAB_ASSIGN_OR_RETURN(auto engine, EngineImpl::create(std::move(plan), options.device));
+  engine->set_tactic_search_times(report.candidate_build_s, report.timing_s);
   return std::shared_ptr<Engine>(std::move(engine));
 }
 

@@ -44,6 +44,10 @@ class EngineImpl final : public Engine {
   const void* weight(int index) const { return index < 0 ? nullptr : weight_ptrs_[index]; }
   const std::vector<void*>& weight_ptrs() const { return weight_ptrs_; }
   const MemoryPlan& memory() const { return memory_; }
+  void set_tactic_search_times(double build_s, double timing_s) {
+    info_.tactic_build_s = build_s;
+    info_.tactic_timing_s = timing_s;
+  }
 
  private:
   EngineImpl() = default;

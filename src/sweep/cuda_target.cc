@@ -199,6 +199,10 @@ class CudaTarget final : public SweepTarget {
     const EngineInfo& info = engine_->info();
     PlanFacts f{
         .max_batch = info.max_batch, .source = std::move(source), .tactics = tactics_, .seconds = seconds};
+    if (f.source == "build") {
+      f.tactic_build_s = info.tactic_build_s;
+      f.tactic_timing_s = info.tactic_timing_s;
+    }
     for (const LayerInfo& l : info.layers) {
       f.flops_per_image += l.flops_per_image;
       f.bytes_per_image += static_cast<double>(l.bytes_per_image);

@@ -653,6 +653,8 @@ SweepTime sweep_time(const SweepResult& result) {
       if (p.plan.tactics == kTimedTactics) {
         t.timed_builds += p.plan.seconds;
         ++t.timed_plans;
+        t.tactic_build += p.plan.tactic_build_s;
+        t.tactic_timing += p.plan.tactic_timing_s;
       }
     }
     if (p.bench) t.windows += p.bench->wall_s;
@@ -664,7 +666,11 @@ SweepTime sweep_time(const SweepResult& result) {
 
 std::string timed_builds_note(const SweepTime& t) {
   if (t.timed_plans == 0) return {};
-  return fmt::format("; {:.1f} s in the {} that timed tactics", t.timed_builds, t.timed_plans);
+  std::string split;
+  if (t.tactic_build + t.tactic_timing > 0)
+    split = fmt::format(": {:.1f} s building cuDNN candidates, {:.1f} s timing them", t.tactic_build,
+                        t.tactic_timing);
+  return fmt::format("; {:.1f} s in the {} that timed tactics{}", t.timed_builds, t.timed_plans, split);
 }
 
 PointWarnings point_warnings(const SweepResult& result) {

@@ -53,6 +53,9 @@ struct PlanFacts {
   // "heuristic" (cuDNN's first choice), "simulated"
   std::string tactics;
   double seconds = 0;  // host time the plan took
+  // Of `seconds`, the tactic search's: cuDNN building candidate plans, and timing candidates (0
+  // for a reused plan, a plan whose tactics all came from the timing cache, and older sweep files).
+  double tactic_build_s = 0, tactic_timing_s = 0;
 };
 // PlanFacts::tactics of a plan that timed its tactics at its own batch.
 inline constexpr std::string_view kTimedTactics = "timed";
@@ -331,10 +334,14 @@ struct SweepTime {
   // cost --timed-tactics-ratio and --timed-tactics-up-to trade against throughput.
   double timed_builds = 0;
   int timed_plans = 0;
+  // Of the timed builds, the tactic search's cuDNN candidate-plan building and candidate timing
+  // (PlanFacts::tactic_build_s, tactic_timing_s; 0 in sweep files that predate them).
+  double tactic_build = 0, tactic_timing = 0;
 };
 SweepTime sweep_time(const SweepResult& result);
 // "; 418.8 s in the 20 that timed tactics" (the H100 sweep of bench/results/2026-12-06-ef9bcb0) for
-// the printout and the report; "" when no plan timed its tactics.
+// the printout and the report, with ": 150.2 s building cuDNN candidates, 240.1 s timing them" where
+// the file has that split; "" when no plan timed its tactics.
 std::string timed_builds_note(const SweepTime& t);
 
 // The points' warnings worth reading one by one, in order (a throughput drop, dropped samples...),

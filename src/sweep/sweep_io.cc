@@ -141,7 +141,9 @@ json plan_json(const PlanFacts& p) {
           {"max_batch", p.max_batch},
           {"source", p.source},
           {"tactics", p.tactics},
-          {"seconds", p.seconds}};
+          {"seconds", p.seconds},
+          {"tactic_build_s", p.tactic_build_s},
+          {"tactic_timing_s", p.tactic_timing_s}};
 }
 
 Result<PlanFacts> plan_from_json(const json& j, const std::string& where) {
@@ -155,6 +157,11 @@ Result<PlanFacts> plan_from_json(const json& j, const std::string& where) {
   GPULAB_ASSIGN_OR_RETURN(p.source, r.text("source"));
   GPULAB_ASSIGN_OR_RETURN(p.tactics, r.text("tactics"));
   GPULAB_ASSIGN_OR_RETURN(p.seconds, r.number("seconds"));
+  // Sweep files written before 2026-12-06 have no split.
+  GPULAB_ASSIGN_OR_RETURN(const std::optional<double> build_s, r.optional<double>("tactic_build_s"));
+  GPULAB_ASSIGN_OR_RETURN(const std::optional<double> timing_s, r.optional<double>("tactic_timing_s"));
+  p.tactic_build_s = build_s.value_or(0);
+  p.tactic_timing_s = timing_s.value_or(0);
   return p;
 }
 

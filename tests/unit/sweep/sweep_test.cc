@@ -558,6 +558,17 @@ TEST(SweepTable, SaysWhereTheTimeWent) {
                 "gates 20.0 s + timed windows 2.0 s + the rest 6.0 s"),
             std::string::npos)
       << format_sweep(r.result);
+  // With the tactic search's split (files from 2026-12-06 on), and its JSON round trip.
+  r.result.points[0].plan.tactic_build_s = 8;
+  r.result.points[0].plan.tactic_timing_s = 19.5;
+  EXPECT_NE(format_sweep(r.result).find("(2 plans; 30.0 s in the 1 that timed tactics: 8.0 s building cuDNN "
+                                        "candidates, 19.5 s timing them)"),
+            std::string::npos)
+      << format_sweep(r.result);
+  auto back = sweep_from_json(to_json(r.result));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->points[0].plan.tactic_build_s, 8);
+  EXPECT_EQ(back->points[0].plan.tactic_timing_s, 19.5);
   r.result.points[0].plan.tactics = "simulated";
   EXPECT_NE(format_sweep(r.result).find("plan builds 42.0 s (2 plans) + accuracy"), std::string::npos);
 }
