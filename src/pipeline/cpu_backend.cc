@@ -23,6 +23,7 @@ class CpuBackend final : public BatchBackend {
     slots_.clear();
     for (int i = 0; i < count; ++i) slots_.emplace_back(DataType::kFloat32, Shape{batch, 3, s, s});
     batch_ = batch;
+    if (runner_->sets_up_per_batch_size()) GPULAB_TRY(runner_->run(slots_.front()).status());  // zeros
     return Status::ok();
   }
 
@@ -45,7 +46,10 @@ class CpuBackend final : public BatchBackend {
   Status submit(int slot, int64_t count) override {
     const Tensor& staged = slots_[static_cast<size_t>(slot)];
     Result<Tensor> logits = Status::internal("not run");
-    if (count == batch_) {
+    // A runner that sets up per batch size runs the full slot: rows past `count` hold stale images,
+    // and finish() reads only the first `count`.
+    const bool full = count == batch_ || runner_->sets_up_per_batch_size();
+    if (full) {
       logits = runner_->run(staged);
     } else {
       // The last batch of a run: a tensor of its own size (once per run, not per batch).
@@ -56,11 +60,12 @@ class CpuBackend final : public BatchBackend {
     }
     GPULAB_TRY(logits.status());
     const Shape& shape = logits->shape();
-    if (logits->dtype() != DataType::kFloat32 || shape.rank() != 2 || shape[0] != count)
+    const int64_t rows = full ? batch_ : count;
+    if (logits->dtype() != DataType::kFloat32 || shape.rank() != 2 || shape[0] != rows)
       return Status::unsupported(
           fmt::format("pipeline: the model's output is {} {}, not float32 [{}, classes]; the pipeline needs "
                       "a classifier.",
-                      dtype_name(logits->dtype()), shape.to_string(), count));
+                      dtype_name(logits->dtype()), shape.to_string(), rows));
     output_ = std::move(logits).value();
     return Status::ok();
   }

@@ -107,6 +107,11 @@ class HostBatchRunner {
   virtual Result<Tensor> run(const Tensor& input) = 0;
   // True when run() returns probabilities (the model ends in Softmax).
   virtual bool outputs_probabilities() const { return false; }
+  // True when the first run at a batch size sets something up (the GPU engine behind
+  // `--preprocess cpu` prepares cuDNN plans and captures a graph: seconds). The CPU backend then
+  // runs one batch before the clock starts and every batch at the slots' full size, the last,
+  // partial one included, so that no set-up falls inside the run.
+  virtual bool sets_up_per_batch_size() const { return false; }
 };
 
 // The CPU backend: decode threads resize, crop and normalize (PreprocessSpec) into float NCHW

@@ -51,6 +51,7 @@ class BackendRunner final : public HostBatchRunner {
   explicit BackendRunner(Classifier& classifier) : classifier_(classifier) {}
   Result<Tensor> run(const Tensor& input) override { return classifier_.backend->run(input); }
   bool outputs_probabilities() const override { return classifier_.probabilities; }
+  bool sets_up_per_batch_size() const override { return classifier_.backend->engine() != nullptr; }
 
  private:
   Classifier& classifier_;

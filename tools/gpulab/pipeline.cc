@@ -223,7 +223,7 @@ void print_table(const PipelineCliOptions& o, const Classifier& c, const Pipelin
   fmt::print("Files in RAM after pass 1: {} ({:.1f} MiB cached)\n", s.files_cached ? "yes" : "no",
              static_cast<double>(s.cached_bytes) / kMiB);
   fmt::print("Set-up before the clock: {:.2f} s (staging buffers{})\n", s.setup_s,
-             facts.preprocess == "gpu" ? "; the engine's plans and CUDA graph at this batch" : "");
+             c.backend->engine() ? "; the engine's plans and CUDA graph at this batch" : "");
   fmt::print("End to end: {} images in {:.2f} s: {:.1f} img/s", s.images, s.wall_s, s.throughput_ips);
   if (s.warm_throughput_ips > 0)
     fmt::print(" (pass 1: {:.2f} s; passes 2-{}: {:.1f} img/s)", s.first_pass_s, s.passes,

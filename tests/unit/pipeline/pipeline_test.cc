@@ -37,8 +37,13 @@ std::vector<float> fingerprint(std::span<const float> image) {
 
 class FingerprintRunner final : public HostBatchRunner {
  public:
-  explicit FingerprintRunner(int fail_on_call = -1) : fail_on_call_(fail_on_call) {}
+  explicit FingerprintRunner(int fail_on_call = -1, bool sets_up = false)
+      : fail_on_call_(fail_on_call), sets_up_(sets_up) {}
+  bool sets_up_per_batch_size() const override { return sets_up_; }
+  // The batch size of every run(), in order.
+  std::vector<int64_t> batches;
   Result<Tensor> run(const Tensor& input) override {
+    batches.push_back(input.shape()[0]);
     if (calls_++ == fail_on_call_) return Status::device_error("fake runner: failing on purpose");
     const int64_t n = input.shape()[0], numel = input.numel() / n;
     Tensor out(DataType::kFloat32, Shape{n, kClasses});
@@ -52,6 +57,7 @@ class FingerprintRunner final : public HostBatchRunner {
 
  private:
   int fail_on_call_;
+  bool sets_up_;
   int calls_ = 0;
 };
 
@@ -242,6 +248,34 @@ TEST_F(PipelineTest, BackendErrorStopsTheRun) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeviceError);
   EXPECT_NE(r.status().message().find("failing on purpose"), std::string::npos);
+}
+
+// A runner that sets up per batch size (the GPU engine behind --preprocess cpu) runs once before
+// the clock and only ever at the slots' full batch, the last, partial batch included; the
+// predictions are the same. A runner that does not sees the last batch at its own size.
+TEST_F(PipelineTest, ARunnerThatSetsUpPerBatchSizeSeesOnlyTheFullBatch) {
+  const std::vector<fs::path> files = bundled_and_large();  // 7 files: batches of 3, 3 and 1
+  ASSERT_EQ(files.size() % 3, 1u);
+  const auto spec = PreprocessSpec::torchvision_imagenet();
+  for (const bool sets_up : {true, false}) {
+    SCOPED_TRACE(sets_up ? "sets up per batch size" : "no set-up");
+    auto runner = std::make_unique<FingerprintRunner>(-1, sets_up);
+    FingerprintRunner* seen = runner.get();
+    auto backend = make_cpu_backend(std::move(runner), spec);
+    auto r = run_pipeline({.files = files,
+                           .spec = spec,
+                           .batch = 3,
+                           .decode_threads = 2,
+                           .queue_depth = 2,
+                           .top_k = kClasses,
+                           .dct_scaling = false},
+                          *backend);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    expect_predictions_match(*r, files, spec);
+    const std::vector<int64_t> expected =
+        sets_up ? std::vector<int64_t>{3, 3, 3, 3} : std::vector<int64_t>{3, 3, 1};
+    EXPECT_EQ(seen->batches, expected);
+  }
 }
 
 TEST_F(PipelineTest, BadOptionsAreRejected) {
