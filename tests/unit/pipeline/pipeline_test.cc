@@ -111,6 +111,16 @@ void expect_predictions_match(const PipelineResult& r, const std::vector<fs::pat
   }
 }
 
+// Batches of 3 on 2 decode threads, every class's score kept, full-size decodes (classify's pixels).
+PipelineOptions small_exact_run(std::vector<fs::path> files, const PreprocessSpec& spec) {
+  return {.files = std::move(files),
+          .spec = spec,
+          .batch = 3,
+          .decode_threads = 2,
+          .top_k = kClasses,
+          .dct_scaling = false};
+}
+
 class PipelineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -211,14 +221,9 @@ TEST_F(PipelineTest, BadFilesAreSkippedAndNamedAndTheRunGoesOn) {
   files.push_back(dir_ / "gone.jpg");  // listed, then missing when read
   const auto spec = PreprocessSpec::torchvision_imagenet();
   auto backend = make_cpu_backend(std::make_unique<FingerprintRunner>(), spec);
-  auto r = run_pipeline({.files = files,
-                         .spec = spec,
-                         .batch = 3,
-                         .decode_threads = 2,
-                         .loop = 2,
-                         .top_k = kClasses,
-                         .dct_scaling = false},
-                        *backend);
+  PipelineOptions options = small_exact_run(files, spec);
+  options.loop = 2;
+  auto r = run_pipeline(options, *backend);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   ASSERT_EQ(r->errors.size(), 3u);
   EXPECT_EQ(r->errors[0].path, dir_ / "truncated.jpg");
@@ -262,14 +267,9 @@ TEST_F(PipelineTest, ARunnerThatSetsUpPerBatchSizeSeesOnlyTheFullBatch) {
     auto runner = std::make_unique<FingerprintRunner>(-1, sets_up);
     FingerprintRunner* seen = runner.get();
     auto backend = make_cpu_backend(std::move(runner), spec);
-    auto r = run_pipeline({.files = files,
-                           .spec = spec,
-                           .batch = 3,
-                           .decode_threads = 2,
-                           .queue_depth = 2,
-                           .top_k = kClasses,
-                           .dct_scaling = false},
-                          *backend);
+    PipelineOptions options = small_exact_run(files, spec);
+    options.queue_depth = 2;
+    auto r = run_pipeline(options, *backend);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     expect_predictions_match(*r, files, spec);
     const std::vector<int64_t> expected =
