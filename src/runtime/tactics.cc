@@ -39,6 +39,11 @@ constexpr int64_t kMaxUnfusedCandidates = 3;
 // every FP32 layer).
 constexpr double kWideSearchMs = 0.25;
 constexpr int64_t kMaxWideCandidates = 16;
+// ... and at most this many timed in all, both forms together. In the H200 sweep of ResNet-18 at
+// 5b3cf93 (189 searches in four precisions, 2,011 candidates timed; `-v` log in that record) every
+// winner was among the first 12 timed, and the candidates after the 16th were 203 slow ones that
+// carried 36% of all the timed kernel time: a wide search timed up to 32.
+constexpr int64_t kMaxTimedPerSearch = 16;
 
 struct Scratch {
   cuda::DeviceBuffer buffer;
@@ -284,11 +289,20 @@ CudnnSearch make_search(TimingRig& rig, const cuda::ConvProblem& problem, std::s
   return search;
 }
 
-// Times candidates of form `f` until `max_timed` of them ran; `ptrs` hold problem.n images.
+int64_t timed_in_all(const CudnnSearch& search) {
+  int64_t timed = 0;
+  for (int64_t t : search.timed) timed += t;
+  return timed;
+}
+
+// Times candidates of form `f` until `max_timed` of them ran, or kMaxTimedPerSearch of both forms;
+// `ptrs` hold problem.n images.
 Status time_cudnn(TimingRig& rig, CudnnSearch& search, size_t f, const cuda::ConvProblem& problem,
                   const cuda::ConvPointers& ptrs, int64_t max_timed) {
   auto& conv = search.forms[f];
-  for (; search.next[f] < conv->candidate_count() && search.timed[f] < max_timed; ++search.next[f]) {
+  for (; search.next[f] < conv->candidate_count() && search.timed[f] < max_timed &&
+         timed_in_all(search) < kMaxTimedPerSearch;
+       ++search.next[f]) {
     const int64_t i = search.next[f];
     const auto build_start = std::chrono::steady_clock::now();
     const Status built = conv->select(i);
@@ -331,7 +345,7 @@ Status time_cudnn(TimingRig& rig, CudnnSearch& search, size_t f, const cuda::Con
 
 // Time up to kMaxFusedCandidates / kMaxUnfusedCandidates candidates that cuDNN builds (those it
 // rejects do not count: FP32 without tensor cores rejected the first nine of forty on the H200),
-// then up to kMaxWideCandidates when the best is still slow.
+// then up to kMaxWideCandidates per form (kMaxTimedPerSearch in all) when the best is still slow.
 Status run_search(TimingRig& rig, CudnnSearch& search, const cuda::ConvProblem& problem,
                   const cuda::ConvPointers& ptrs) {
   for (size_t f = 0; f < search.forms.size(); ++f)
@@ -340,9 +354,7 @@ Status run_search(TimingRig& rig, CudnnSearch& search, const cuda::ConvProblem& 
   if (search.best_ms > kWideSearchMs) {
     for (size_t f = 0; f < search.forms.size(); ++f)
       GPULAB_TRY(time_cudnn(rig, search, f, problem, ptrs, kMaxWideCandidates));
-    int64_t timed = 0;
-    for (int64_t t : search.timed) timed += t;
-    log_info("tactics: {}: wide search, {} candidates timed", search.label, timed);
+    log_info("tactics: {}: wide search, {} candidates timed", search.label, timed_in_all(search));
   }
   return Status::ok();
 }
