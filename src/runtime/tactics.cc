@@ -40,9 +40,10 @@ constexpr int64_t kMaxUnfusedCandidates = 3;
 constexpr double kWideSearchMs = 0.25;
 constexpr int64_t kMaxWideCandidates = 16;
 // ... and at most this many timed in all, both forms together. In the H200 sweep of ResNet-18 at
-// 5b3cf93 (189 searches in four precisions, 2,011 candidates timed; `-v` log in that record) every
-// winner was among the first 12 timed, and the candidates after the 16th were 203 slow ones that
-// carried 36% of all the timed kernel time: a wide search timed up to 32.
+// 5b3cf93 (189 searches: its FP16 plans and the accuracy gate's FP32 and FP16 plans; 2,011
+// candidates timed; the `-v` log is in that record) every winner was among the first 12 timed, and
+// the 203 candidates after the 16th carried 36% of all the timed kernel time: a wide search could
+// time 32 (bench/tactic_search_log.py).
 constexpr int64_t kMaxTimedPerSearch = 16;
 
 struct Scratch {
