@@ -3,7 +3,7 @@
 # the gpu-labelled tests, the precision-agreement check on the ImageNet sample set, `gpulab bench`
 # on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
 # Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
-#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep torchvision pipeline probe soak crosscheck" bash bench/gpuhost_benchmarks.sh [budget_s]
+#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep torchvision pipeline probe soak crosscheck buildcost" bash bench/gpuhost_benchmarks.sh [budget_s]
 # COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # GPULAB_PREBUILT=file.xz: a gpulab binary an earlier call on the host built (and returned through
@@ -20,7 +20,8 @@ left() { echo $((budget - ($(date +%s) - start))); }
 has() { [[ "$stages" == *" $1 "* ]]; }
 out=${OUT:-gpuhost-logs}
 # Model names in the lists below (and GRID_MODELS): checked before anything is built.
-for cfg in ${BENCH_CONFIGS:-} ${PROFILE_CONFIGS:-} ${COMPARE_MODELS:-} ${GRID_MODELS:-} ${SWEEP_MODELS:-}; do
+for cfg in ${BENCH_CONFIGS:-} ${PROFILE_CONFIGS:-} ${COMPARE_MODELS:-} ${GRID_MODELS:-} ${SWEEP_MODELS:-} \
+  ${BUILDCOST_CONFIGS:-}; do
   case ${cfg%%:*} in
     r18 | mnv2 | mnv3) ;;
     *) echo "gpuhost_benchmarks: unknown model '${cfg%%:*}' in '$cfg' (r18, mnv2 or mnv3)" >&2; exit 2 ;;
@@ -344,5 +345,39 @@ if has crosscheck; then
   kill "$smi"
   python3 bench/telemetry_crosscheck.py --smi "$out/crosscheck_smi.csv" --sweep "$out/crosscheck_sweep.json" \
     --json "$out/crosscheck.json"
+fi
+if has buildcost; then
+  # Issue 30 item 3, a first build at max batch 1024: per BUILDCOST_CONFIGS entry ("r18:fp16
+  # r18:fp32" by default), two builds from an empty timing cache, each with `-v` (the tactic
+  # search's split and every candidate's time, for bench/tactic_search_log.py): tactics timed at
+  # 1024 (the default) and at 256 (--tactic-batch 256); then both plans benched at batch 1024, A B A B.
+  mkdir -p "$out/buildcost"
+  for cfg in ${BUILDCOST_CONFIGS:-r18:fp16 r18:fp32}; do
+    m=$(model_path "${cfg%%:*}") || continue
+    p=${cfg#*:}
+    name=${cfg%%:*}_$p
+    for variant in t1024 tb256; do
+      [ "$(left)" -lt 120 ] && break 2
+      flags=()
+      [ "$variant" = tb256 ] && flags=(--tactic-batch 256)
+      rm -f "/tmp/buildcost_${name}_$variant.cache"
+      t=$(date +%s%N)
+      timeout $(($(left) - 60)) "$gpulab" -v build "$m" --precision "$p" --max-batch 1024 "${flags[@]}" \
+        --timing-cache "/tmp/buildcost_${name}_$variant.cache" -o "/tmp/buildcost_${name}_$variant.plan" \
+        > "$out/buildcost/build_${name}_$variant.log" 2>&1
+      echo "buildcost $name $variant: rc=$? $(( ($(date +%s%N) - t) / 1000000 )) ms;" \
+        "$(grep -oE "[0-9.]+ s building [0-9]+ cuDNN candidate plans.*" "$out/buildcost/build_${name}_$variant.log")" |
+        tee -a "$out/buildcost/summary.txt"
+    done
+    for r in 1 2; do
+      for variant in t1024 tb256; do
+        [ -f "/tmp/buildcost_${name}_$variant.plan" ] && [ "$(left)" -gt 30 ] || continue
+        timeout 60 "$gpulab" bench --plan "/tmp/buildcost_${name}_$variant.plan" --batch 1024 \
+          --json "$out/buildcost/bench_${name}_${variant}_$r.json" > "$out/buildcost/bench_${name}_${variant}_$r.txt" 2>&1
+        echo "buildcost $name $variant bench $r: rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(round(d['metrics']['gpu_compute_ms']['median'], 4), 'ms GPU compute median,', round(d['throughput_ips']), 'img/s')" \
+          "$out/buildcost/bench_${name}_${variant}_$r.json" 2> /dev/null)" | tee -a "$out/buildcost/summary.txt"
+      done
+    done
+  done
 fi
 echo "end at $(($(date +%s) - start)) s"
