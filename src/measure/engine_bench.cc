@@ -8,6 +8,7 @@
 // next iteration before waiting for the previous one. Input and output buffers are shared by the
 // iterations of one stream: the stream serializes them.
 #include "measure/engine_bench.h"
+#include "core/elapsed.h"
 
 #include <algorithm>
 #include <array>
@@ -420,7 +421,7 @@ Result<std::shared_ptr<Engine>> load_or_build_engine(const BenchOptions& options
     build.device = options.device;
     GPULAB_ASSIGN_OR_RETURN(engine, Engine::build_from_onnx(request.model_path, build));
   }
-  plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
+  plan_seconds = seconds_since(plan_start);
   return engine;
 }
 

@@ -26,6 +26,7 @@
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernels/kernels.h"
 #include "backends/cuda/kernels/preprocess.h"
+#include "core/elapsed.h"
 #include "pipeline/pipeline_cuda.h"
 
 namespace gpulab {
@@ -268,8 +269,7 @@ class GpuBackend final : public BatchBackend {
                                   .logits = logits_.as<float>(),
                                   .use_cuda_graph = options_.use_cuda_graph},
                                  compute_));
-    account_.host_enqueue_s +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueue_start).count();
+    account_.host_enqueue_s += seconds_since(enqueue_start);
     GPULAB_CUDA_TRY(cudaEventRecord(s.modelled.get(), compute_));
     const int k = static_cast<int>(std::min<int64_t>(top_k_, classes_));
     s.top_k = k;
@@ -292,8 +292,7 @@ class GpuBackend final : public BatchBackend {
     if (!probabilities_)
       GPULAB_CUDA_TRY(cudaMemcpyAsync(host + n * 8, probs, n * 4, cudaMemcpyDeviceToHost, compute_));
     GPULAB_CUDA_TRY(cudaEventRecord(s.done.get(), compute_));
-    account_.host_submit_s +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - submit_start).count();
+    account_.host_submit_s += seconds_since(submit_start);
     return Status::ok();
   }
 
@@ -301,8 +300,7 @@ class GpuBackend final : public BatchBackend {
     Slot& s = slots_[static_cast<size_t>(slot)];
     const auto wait_start = std::chrono::steady_clock::now();
     GPULAB_CUDA_TRY(cudaEventSynchronize(s.done.get()));
-    account_.host_wait_s +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+    account_.host_wait_s += seconds_since(wait_start);
     float h2d_ms = 0, gpu_ms = 0, preprocess_ms = 0, model_ms = 0, output_ms = 0;
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&h2d_ms, s.h2d_start.get(), s.h2d_end.get()));
     GPULAB_CUDA_TRY(cudaEventElapsedTime(&gpu_ms, s.gpu_start.get(), s.done.get()));

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/elapsed.h"
 #include "core/file_io.h"
 #include "core/json_reader.h"
 #include "core/quant.h"
@@ -119,7 +120,7 @@ Result<CalibrationStatistics> collect_statistics(const Graph& graph, std::span<c
     stats.images += count;
     if (options.progress) options.progress(stats.images, total);
   }
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.seconds = seconds_since(start);
   return stats;
 }
 

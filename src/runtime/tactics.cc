@@ -18,6 +18,7 @@
 #include "backends/cuda/kernels/kernel_desc.h"
 #include "backends/cuda/kernels/quant_kernels.h"
 #include "backends/cuda/wgmma_conv.h"
+#include "core/elapsed.h"
 #include "core/log.h"
 #include "plan/lower.h"
 #include "runtime/conv_step.h"
@@ -88,18 +89,29 @@ class TimingRig {
   // first launch warms up. The first timed launch, or the warm-up when `judge_warm_up`, ends the
   // timing when it exceeds `give_up_after_ms`, and is the result (tactic_timing.h); a later slow
   // launch is left to the median.
-  // A failure is logged (debug) as "tactics: <what> failed to run: <why>".
+  // A failure is logged (debug) as "tactics: <what> failed to run: <why>". Counted in timing_s.
   Result<std::optional<double>> time(const std::function<Status()>& run, double give_up_after_ms,
                                      bool judge_warm_up, const std::string& what) {
     const auto started = std::chrono::steady_clock::now();
-    const struct CountTime {
-      TimingRig& rig;
-      std::chrono::steady_clock::time_point started;
-      ~CountTime() {
-        rig.timing_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        ++rig.timing_runs;
-      }
-    } count{*this, started};
+    auto result = time_runs(run, give_up_after_ms, judge_warm_up, what);
+    timing_s += seconds_since(started);
+    ++timing_runs;
+    return result;
+  }
+
+  const int64_t ws_limit;
+  cuda::LibraryHandles libs;
+  cudaStream_t stream = nullptr;
+  Scratch x, w, b, r, y, ws;  // a layer's input, weight, bias, residual, output; cuDNN's workspace
+  Scratch y2, scale;          // 8-bit layers: the second kernel's output, the weight scales
+  // Where a build's tactic search spends its time: cuDNN making candidate lists and building (and
+  // runtime-compiling) candidate plans, and time() measuring candidates, wall seconds.
+  double candidate_build_s = 0, timing_s = 0;
+  int64_t candidates_built = 0, timing_runs = 0;
+
+ private:
+  Result<std::optional<double>> time_runs(const std::function<Status()>& run, double give_up_after_ms,
+                                          bool judge_warm_up, const std::string& what) {
     GPULAB_CUDA_TRY(cudaEventRecord(start_, stream));
     const Status first = run();
     GPULAB_CUDA_TRY(cudaEventRecord(stop_, stream));
@@ -132,17 +144,6 @@ class TimingRig {
     return std::optional<double>(times[times.size() / 2]);
   }
 
-  const int64_t ws_limit;
-  cuda::LibraryHandles libs;
-  cudaStream_t stream = nullptr;
-  Scratch x, w, b, r, y, ws;  // a layer's input, weight, bias, residual, output; cuDNN's workspace
-  Scratch y2, scale;          // 8-bit layers: the second kernel's output, the weight scales
-  // Where a build's tactic search spends its time: cuDNN making candidate lists and building (and
-  // runtime-compiling) candidate plans, and time() measuring candidates, wall seconds.
-  double candidate_build_s = 0, timing_s = 0;
-  int64_t candidates_built = 0, timing_runs = 0;
-
- private:
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
@@ -275,8 +276,7 @@ CudnnSearch make_search(TimingRig& rig, const cuda::ConvProblem& problem, std::s
     form.fused = fused;
     const auto started = std::chrono::steady_clock::now();
     auto conv = cuda::CudnnConv::with_candidates(rig.libs.cudnn(), form);
-    rig.candidate_build_s +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    rig.candidate_build_s += seconds_since(started);
     if (conv.is_ok()) {
       log_info("tactics: {} ({}): {} cuDNN candidates", search.label, fused ? "fused" : "unfused",
                (*conv)->candidate_count());
@@ -307,8 +307,7 @@ Status time_cudnn(TimingRig& rig, CudnnSearch& search, size_t f, const cuda::Con
     const int64_t i = search.next[f];
     const auto build_start = std::chrono::steady_clock::now();
     const Status built = conv->select(i);
-    rig.candidate_build_s +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
+    rig.candidate_build_s += seconds_since(build_start);
     ++rig.candidates_built;
     if (!built.is_ok()) {
       ++search.rejected;

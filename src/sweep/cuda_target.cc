@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_check.h"
+#include "core/elapsed.h"
 #include "core/log.h"
 #include "image/decode.h"
 #include "image/preprocess.h"
@@ -23,10 +24,6 @@ namespace gpulab::sweep {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // Index of the largest value of each row of [rows, classes] logits.
 std::vector<int64_t> top1(const Tensor& logits) {

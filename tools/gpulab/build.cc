@@ -11,6 +11,7 @@
 #include "build_flags.h"
 #include "calibration_flags.h"
 #include "cli.h"
+#include "core/elapsed.h"
 #include "gpulab/engine.h"
 #include "onnx/onnx_import.h"
 #include "passes/passes.h"
@@ -157,7 +158,7 @@ void add_build_command(CLI::App& app) {
     const auto start = std::chrono::steady_clock::now();
     auto engine = Engine::build_from_onnx(opts->model, options);
     if (!engine.is_ok()) return report(engine.status().with_context("building '" + opts->model + "'"));
-    const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double build_s = seconds_since(start);
     if (Status s = (*engine)->save(opts->output); !s.is_ok()) return report(s);
     const EngineInfo& info = (*engine)->info();
     fmt::print("{:<28} {:<15} {:<9} {:>12} {}\n", "layer", "kind", "precision", "GFLOP/img", "tactic");

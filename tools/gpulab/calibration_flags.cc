@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "core/elapsed.h"
 #include "core/log.h"
 #include "progress.h"
 #include "quant/bias_correction.h"
@@ -139,7 +140,7 @@ Result<std::map<std::string, std::vector<float>>> model_bias_correction(
                                                              static_cast<int64_t>(images.size()), options));
   progress.finish();
   log_info("bias correction: {} layers on {} images in {:.1f} s", corrections.size(), images.size(),
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+           seconds_since(start));
   calibration.cache.bias_correction[precision] = corrections;
   if (!flags.cache.empty()) GPULAB_TRY(save_calibration_cache(calibration.cache, flags.cache));
   return corrections;
