@@ -63,6 +63,11 @@ def sample(pid, ticks):
     return out
 
 
+def row_name(thread_name):
+    """The report's row of a thread: gpulab-dec0..N share "gpulab-dec*"."""
+    return thread_name.rstrip("0123456789") + "*" if thread_name.startswith("gpulab-dec") else thread_name
+
+
 def resolve(pid):
     """The process to watch: PID itself, or its child when PID is a wrapper (timeout, env) that runs it."""
     for _ in range(400):
@@ -85,6 +90,9 @@ def main():
     a = ap.parse_args()
     ticks = os.sysconf("SC_CLK_TCK")
     a.pid = resolve(a.pid)
+    if not os.path.isdir(f"/proc/{a.pid}/task"):
+        print(f"thread_sampler: no process {a.pid} to sample", file=sys.stderr)
+        return 1
     counts = collections.defaultdict(collections.Counter)  # thread name -> (state, where) -> samples
     last = {}  # tid -> (name, utime, stime)
     while True:
@@ -97,14 +105,13 @@ def main():
         time.sleep(a.interval_ms / 1000)
     cpu = collections.defaultdict(lambda: [0.0, 0.0, 0])
     for name, utime, stime in last.values():
-        # gpulab-dec0..N become one row
-        key = name.rstrip("0123456789") + "*" if name.startswith("gpulab-dec") else name
+        key = row_name(name)
         cpu[key][0] += utime
         cpu[key][1] += stime
         cpu[key][2] += 1
     merged = collections.defaultdict(collections.Counter)
     for name, c in counts.items():
-        key = name.rstrip("0123456789") + "*" if name.startswith("gpulab-dec") else name
+        key = row_name(name)
         merged[key].update(c)
     report = {}
     for key in sorted(merged, key=lambda k: -(cpu[k][0] + cpu[k][1])):
