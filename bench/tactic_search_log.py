@@ -10,6 +10,7 @@ the summed best times without it (1.0000: no search lost its winner). src/runtim
 kMaxTimedPerSearch was chosen from this on the H200 sweep of bench/results/2026-12-06-5b3cf93.
 
 Usage: tactic_search_log.py LOG [--caps 6,9,12,16,20] [--json OUT]
+Exit codes: 0 a table, 1 a log without timed candidates, 2 bad arguments or an unreadable log.
 """
 import argparse
 import json
@@ -59,12 +60,21 @@ def main() -> int:
     ap.add_argument("--caps", default="6,9,12,16,20")
     ap.add_argument("--json")
     a = ap.parse_args()
-    with open(a.log, errors="replace") as f:
-        found = searches(f)
+    try:
+        caps = [int(c) for c in a.caps.split(",")]
+    except ValueError:
+        ap.error(f"--caps: '{a.caps}' is not a comma-separated list of integers")
+    if any(c < 1 for c in caps):
+        ap.error(f"--caps: '{a.caps}': every cap must be at least 1")
+    try:
+        with open(a.log, errors="replace") as f:
+            found = searches(f)
+    except OSError as e:
+        print(f"tactic_search_log: cannot read '{a.log}': {e.strerror}", file=sys.stderr)
+        return 2
     if not found:
         print(f"{a.log}: no timed candidates (was the build run with -v?)", file=sys.stderr)
         return 1
-    caps = [int(c) for c in a.caps.split(",")]
     rows = cap_table(found, caps)
     winners = sorted(s["timed"].index(min(s["timed"])) for s in found)
     print(f"{len(found)} searches, {rows[0]['timed']} candidates timed; the winner's position among the "

@@ -4,7 +4,7 @@ import os
 import sys
 import tempfile
 import unittest
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -59,8 +59,17 @@ class TacticSearchLogTest(unittest.TestCase):
             empty = os.path.join(d, "empty.log")
             open(empty, "w").close()
             sys.argv = ["tactic_search_log.py", empty]
-            with redirect_stdout(io.StringIO()):
+            with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
                 self.assertEqual(tactic_search_log.main(), 1)
+            sys.argv = ["tactic_search_log.py", os.path.join(d, "missing.log")]
+            err = io.StringIO()
+            with redirect_stderr(err):
+                self.assertEqual(tactic_search_log.main(), 2)
+            self.assertIn("cannot read", err.getvalue())
+            sys.argv = ["tactic_search_log.py", path, "--caps", "x"]
+            with redirect_stderr(io.StringIO()), self.assertRaises(SystemExit) as bad:
+                tactic_search_log.main()
+            self.assertEqual(bad.exception.code, 2)
 
 
 if __name__ == "__main__":
