@@ -9,6 +9,7 @@
 #include "backends/cuda/cutlass_conv.h"
 #include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/kernels/kernels.h"
+#include "backends/cuda/kernels/quant_kernels.h"
 #include "backends/cuda/wgmma_conv.h"
 #include "gpulab/tensor.h"
 #include "runtime/step_problems.h"
@@ -36,7 +37,7 @@ ConvKernel conv_kernel_of_tactic(std::string_view tactic) {
   if (tactic == kDirectTactic) return ConvKernel::kDirect;
   if (tactic == kDepthwiseTactic) return ConvKernel::kDepthwise;
   if (tactic == kQ8DirectTactic) return ConvKernel::kQ8Direct;
-  if (tactic == kQ8MmaTactic) return ConvKernel::kQ8Mma;
+  if (is_q8_mma_tactic(tactic)) return ConvKernel::kQ8Mma;
   if (tactic.starts_with(kCutlassTacticPrefix)) return ConvKernel::kCutlass;
   if (tactic.starts_with(cuda::kWgmmaConvTacticPrefix)) return ConvKernel::kWgmma3x3;
   return ConvKernel::kCudnn;
@@ -48,7 +49,8 @@ Status check_conv_tactic(std::string_view tactic) {
   };
   const ConvKernel kernel = conv_kernel_of_tactic(tactic);
   if ((kernel == ConvKernel::kCutlass && !known(cuda::cutlass_conv_tactics())) ||
-      (kernel == ConvKernel::kWgmma3x3 && !known(cuda::wgmma_conv_tactics())))
+      (kernel == ConvKernel::kWgmma3x3 && !known(cuda::wgmma_conv_tactics())) ||
+      (kernel == ConvKernel::kQ8Mma && !known(kernels::q8_mma_tactics())))
     return Status::unsupported(fmt::format(
         "conv: tactic \"{}\" is not a kernel this gpulab has (chosen by another gpulab version).", tactic));
   if (tactic.starts_with(kChunkTacticPrefix) && !parse_chunked_tactic(tactic))

@@ -25,15 +25,20 @@ enum class ConvKernel { kCudnn, kDirect, kDepthwise, kCutlass, kWgmma3x3, kQ8Dir
 // Tactic strings of gpulab's own convolutions (PlanStep::tactic, timing cache).
 inline constexpr std::string_view kDirectTactic = "direct";
 inline constexpr std::string_view kDepthwiseTactic = "depthwise";
-// The INT8/FP8 convolutions and Gemms (through enqueue_q8_layer): "mma-q8", the tensor-core kernel
-// (kernels/quant_kernels.h's launch_q8_mma_conv), where kernels::validate_q8_mma accepts the layer,
-// the build saw it agree with the direct kernel on the layer's weights and was faster (tactics.cc,
-// choose_q8_tactic); else "direct-q8", one thread per output (launch_q8_conv), which runs any
-// 8-bit layer.
+// The INT8/FP8 convolutions and Gemms (through enqueue_q8_layer): "mma-q8" or "mma-q8:<tile>", the
+// tensor-core kernel with one of its thread-block tiles (kernels/quant_kernels.h's
+// launch_q8_mma_conv and q8_mma_tactics()), where kernels::validate_q8_mma accepts the layer, the
+// build saw that tile agree with the direct kernel on the layer's weights and it was the fastest
+// (tactics.cc, choose_q8_tactic); else "direct-q8", one thread per output (launch_q8_conv), which
+// runs any 8-bit layer.
 inline constexpr std::string_view kQ8DirectTactic = "direct-q8";
 inline constexpr std::string_view kQ8MmaTactic = "mma-q8";
+inline bool is_q8_mma_tactic(std::string_view tactic) {
+  return tactic == kQ8MmaTactic ||
+         (tactic.starts_with(kQ8MmaTactic) && tactic.substr(kQ8MmaTactic.size()).starts_with(':'));
+}
 inline bool is_q8_tactic(std::string_view tactic) {
-  return tactic == kQ8DirectTactic || tactic == kQ8MmaTactic;
+  return tactic == kQ8DirectTactic || is_q8_mma_tactic(tactic);
 }
 // CUTLASS tactics are "cutlass:<tile>" (cuda::cutlass_conv_tactics()).
 inline constexpr std::string_view kCutlassTacticPrefix = "cutlass:";

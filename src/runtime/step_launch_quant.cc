@@ -75,9 +75,9 @@ Status enqueue_q8_layer(const StepLaunch& l) {
   const void* residual = d.has_residual ? l.value(step.inputs[1]) : nullptr;
   const auto* w_scale = static_cast<const float*>(l.weight(step.weight_scale));
   const auto* bias = static_cast<const float*>(l.weight(step.bias));
-  if (step.tactic == kQ8MmaTactic)
-    return kernels::launch_q8_mma_conv(d, l.value(step.inputs[0]), l.weight(step.weight), w_scale, bias,
-                                       residual, l.value(step.output), l.stream);
+  if (is_q8_mma_tactic(step.tactic))
+    return kernels::launch_q8_mma_conv(step.tactic, d, l.value(step.inputs[0]), l.weight(step.weight),
+                                       w_scale, bias, residual, l.value(step.output), l.stream);
   return kernels::launch_q8_conv(d, l.value(step.inputs[0]), l.weight(step.weight), w_scale, bias, residual,
                                  l.value(step.output), l.stream);
 }

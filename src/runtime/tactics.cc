@@ -676,11 +676,13 @@ Status select_conv_tactic(const SelectionContext& c, PlanStep& step, TacticRepor
   return Status::ok();
 }
 
-// The tactic of an INT8/FP8 kConv or kGemm (conv_step.h). The tensor-core kernel (mma-q8) where
-// kernels::validate_q8_mma accepts the layer at the plan's max batch, and only once it has computed
-// what the direct kernel computes, on the layer's own weights and a seeded random input of up to 4
-// images (q8_difference says how close); with time_tactics, also only where it is the faster of the
-// two at the timing batch. Else the direct kernel (direct-q8), which runs every 8-bit layer.
+// The tactic of an INT8/FP8 kConv or kGemm (conv_step.h). The tensor-core kernel (one of
+// kernels::q8_mma_tactics(), its thread-block tiles) where kernels::validate_q8_mma accepts the layer
+// at the plan's max batch, and only a tile that has computed what the direct kernel computes, on
+// the layer's own weights and a seeded random input of up to 4 images (q8_difference says how
+// close); with time_tactics, the fastest such tile, if it beats the direct kernel at the timing
+// batch; without, the first tile that agrees. Else the direct kernel (direct-q8), which runs every
+// 8-bit layer.
 Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, int& on_mma) {
   step.tactic = std::string(kQ8DirectTactic);
   if (const Status s = kernels::validate_q8_mma(q8_layer_desc(c.plan, step, c.plan.max_batch)); !s.is_ok()) {
@@ -710,51 +712,81 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, int& on_mma) 
   GPULAB_TRY(rig.y.ensure(y_bytes, "8-bit output"));
   GPULAB_TRY(rig.y2.ensure(y_bytes, "8-bit output"));
   const void* residual = timed.has_residual ? rig.r.buffer.get() : nullptr;
-  const auto run = [&](const kernels::Q8ConvDesc& d, bool mma, void* y) {
-    return mma ? kernels::launch_q8_mma_conv(d, rig.x.buffer.get(), rig.w.buffer.get(), w_scale, bias,
-                                             residual, y, rig.stream)
-               : kernels::launch_q8_conv(d, rig.x.buffer.get(), rig.w.buffer.get(), w_scale, bias, residual,
-                                         y, rig.stream);
+  // `tactic` empty: the direct kernel.
+  const auto run = [&](const kernels::Q8ConvDesc& d, std::string_view tactic, void* y) {
+    return tactic.empty() ? kernels::launch_q8_conv(d, rig.x.buffer.get(), rig.w.buffer.get(), w_scale, bias,
+                                                    residual, y, rig.stream)
+                          : kernels::launch_q8_mma_conv(tactic, d, rig.x.buffer.get(), rig.w.buffer.get(),
+                                                        w_scale, bias, residual, y, rig.stream);
+  };
+  const auto fetch = [&rig](void* from, std::vector<std::byte>& to) -> Status {
+    GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
+    GPULAB_CUDA_TRY(cudaMemcpy(to.data(), from, to.size(), cudaMemcpyDeviceToHost));
+    return Status::ok();
   };
 
-  // Agreement on the first images of the same input.
+  // Agreement on the first images of the same input, tile by tile.
   const kernels::Q8ConvDesc check = q8_layer_desc(plan, step, std::min<int64_t>(c.batch, 4));
   const size_t check_bytes =
       static_cast<size_t>(check.n * check.out_h * check.out_w * check.k) * dtype_size(check.y_dtype);
   std::vector<std::byte> direct(check_bytes), mma(check_bytes);
-  Status ran = run(check, false, rig.y.buffer.get());
-  if (ran.is_ok()) ran = run(check, true, rig.y2.buffer.get());
-  if (ran.is_ok()) {
-    GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
-    GPULAB_CUDA_TRY(cudaMemcpy(direct.data(), rig.y.buffer.get(), check_bytes, cudaMemcpyDeviceToHost));
-    GPULAB_CUDA_TRY(cudaMemcpy(mma.data(), rig.y2.buffer.get(), check_bytes, cudaMemcpyDeviceToHost));
-  }
-  const std::string differs = ran.is_ok() ? q8_difference(direct, mma, fp8, check.y_dtype) : ran.message();
-  if (!differs.empty()) {
+  if (const Status ran = run(check, {}, rig.y.buffer.get()); !ran.is_ok()) {
     (void)cudaGetLastError();
-    log_warning("tactics: {}: the tensor-core 8-bit kernel does not agree with the direct one ({}); using {}",
-                step.name, differs, kQ8DirectTactic);
+    log_warning(
+        "tactics: {}: the direct 8-bit kernel failed ({}); keeping it, as nothing else runs this layer",
+        step.name, ran.message());
     return Status::ok();
   }
+  GPULAB_TRY(fetch(rig.y.buffer.get(), direct));
+  std::vector<std::string_view> agreeing;
+  for (const std::string_view tactic : kernels::q8_mma_tactics()) {
+    Status ran = run(check, tactic, rig.y2.buffer.get());
+    if (ran.is_ok()) ran = fetch(rig.y2.buffer.get(), mma);
+    if (ran.code() == StatusCode::kUnsupported) {  // a tile that does not write this output type
+      log_debug("tactics: {}: {}: {}", step.name, tactic, ran.message());
+      continue;
+    }
+    const std::string differs = ran.is_ok() ? q8_difference(direct, mma, fp8, check.y_dtype) : ran.message();
+    if (!differs.empty()) {
+      (void)cudaGetLastError();
+      log_warning(
+          "tactics: {}: the tensor-core 8-bit kernel {} does not agree with the direct one ({}); not using "
+          "it",
+          step.name, tactic, differs);
+      continue;
+    }
+    agreeing.push_back(tactic);
+  }
+  if (agreeing.empty()) return Status::ok();
+  std::string_view chosen = agreeing.front();
   if (c.options.time_tactics) {
     using tactic_timing::kNoLimit;
-    GPULAB_ASSIGN_OR_RETURN(const auto mma_ms, rig.time([&] { return run(timed, true, rig.y2.buffer.get()); },
-                                                        kNoLimit, false, step.name + " mma-q8"));
-    // The direct kernel is given up on as soon as one launch is slower than the tensor cores' median.
+    std::optional<double> best;
+    std::string timings;
+    for (const std::string_view tactic : agreeing) {
+      GPULAB_ASSIGN_OR_RETURN(const auto ms, rig.time([&] { return run(timed, tactic, rig.y2.buffer.get()); },
+                                                      tactic_timing::give_up_ms(best.value_or(kNoLimit)),
+                                                      false, fmt::format("{} {}", step.name, tactic)));
+      timings += fmt::format("; {} {}", tactic, ms ? fmt::format("{:.4f} ms", *ms) : std::string("failed"));
+      if (ms && (!best || *ms < *best)) {
+        best = ms;
+        chosen = tactic;
+      }
+    }
+    // The direct kernel is given up on as soon as one launch is slower than the best tile's median.
     GPULAB_ASSIGN_OR_RETURN(const auto direct_ms,
-                            rig.time([&] { return run(timed, false, rig.y.buffer.get()); },
-                                     mma_ms.value_or(kNoLimit), true, step.name + " direct-q8"));
-    if (!mma_ms || (direct_ms && *direct_ms < *mma_ms)) {
-      log_info("tactics: {}: {} ({:.4f} ms; {} {}) at batch {}", step.name, kQ8DirectTactic,
-               direct_ms.value_or(-1.0), kQ8MmaTactic,
-               mma_ms ? fmt::format("{:.4f} ms", *mma_ms) : std::string("failed"), c.batch);
+                            rig.time([&] { return run(timed, {}, rig.y.buffer.get()); },
+                                     best.value_or(kNoLimit), true, step.name + " direct-q8"));
+    if (!best || (direct_ms && *direct_ms < *best)) {
+      log_info("tactics: {}: {} ({:.4f} ms{}) at batch {}", step.name, kQ8DirectTactic,
+               direct_ms.value_or(-1.0), timings, c.batch);
       return Status::ok();
     }
-    log_info("tactics: {}: {} ({:.4f} ms at batch {}; {} {})", step.name, kQ8MmaTactic, *mma_ms, c.batch,
+    log_info("tactics: {}: {} ({:.4f} ms at batch {}{}; {} {})", step.name, chosen, *best, c.batch, timings,
              kQ8DirectTactic,
              direct_ms ? fmt::format("{:.4f} ms or more", *direct_ms) : std::string("failed"));
   }
-  step.tactic = std::string(kQ8MmaTactic);
+  step.tactic = std::string(chosen);
   ++on_mma;
   return Status::ok();
 }

@@ -1,9 +1,9 @@
 // INT8 and FP8 plans on the GPU against the plan interpreter running the very plan the engine
 // saved (src/plan/interpret.h emulates the 8-bit arithmetic of src/core/quant.h):
 //  - INT8 logits bit for bit: every step of an INT8 plan (quantizing input conversion, convolutions
-//    and Gemm with exact int32 sums and quant.h's epilogue, on the tensor-core kernel "mma-q8" where
-//    it runs the layer and the direct one elsewhere, max and global pools, casts) follows quant.h
-//    step by step on both sides.
+//    and Gemm with exact int32 sums and quant.h's epilogue, on the tensor-core kernel ("mma-q8" or
+//    "mma-q8:<tile>", whichever tile tactic timing picked) where it runs the layer and the direct one
+//    elsewhere, max and global pools, casts) follows quant.h step by step on both sides.
 //  - FP8 logits within 1e-2 (relative L2): the FP8 convolutions sum their products in another
 //    order than the interpreter, which moves some outputs by one E4M3 step.
 // On the residual test network (tests/residual_net.h) and the bundled MobileNetV2 on the photos of
@@ -62,8 +62,9 @@ Pair run_both(const Graph& graph, const BuildOptions& options, const Tensor& inp
   if (!plan.is_ok() || !context.is_ok()) return out;
   for (const PlanStep& s : plan->steps)
     if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm) && is_quantized(s.precision)) {
-      EXPECT_TRUE(s.tactic == "direct-q8" || s.tactic == "mma-q8") << s.name << ": " << s.tactic;
-      out.mma_layers += s.tactic == "mma-q8";
+      const bool mma = s.tactic == "mma-q8" || s.tactic.starts_with("mma-q8:");
+      EXPECT_TRUE(s.tactic == "direct-q8" || mma) << s.name << ": " << s.tactic;
+      out.mma_layers += mma;
     }
   auto logits = (*context)->run(input, /*use_cuda_graph=*/true);
   EXPECT_TRUE(logits.is_ok()) << logits.status().to_string();

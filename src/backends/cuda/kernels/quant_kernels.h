@@ -1,10 +1,14 @@
 // Host-callable launchers of the 8-bit kernels of INT8/FP8 plans (quant.cu); descriptors and
 // their rules in quant_desc.h. The contract of kernels.h holds: each validates its descriptor,
-// never allocates or synchronizes (CUDA-graph safe), checks the launch, keeps no state. 8-bit
+// never allocates or synchronizes (CUDA-graph safe), checks the launch, keeps no state (but for the
+// tensor-core kernel's per-device shared-memory limit, set on its first launch on a device). 8-bit
 // tensors are bytes (int8 or E4M3 bits).
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+#include <span>
+#include <string_view>
 
 #include "backends/cuda/kernels/quant_desc.h"
 
@@ -23,11 +27,16 @@ Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, cons
                       const float* bias, const void* residual, void* y, cudaStream_t stream);
 
 // The same convolution on the tensor cores (quant_mma.cu): an implicit GEMM on mma.sync with 8-bit
-// operands, for the layers validate_q8_mma accepts; x and w 16-byte aligned. INT8 equals
-// launch_q8_conv bit for bit; FP8 (sm_89 and newer, unsupported elsewhere) sums in the tensor
-// cores' order, within one E4M3 step of the interpreter like the direct kernel.
-Status launch_q8_mma_conv(const Q8ConvDesc& desc, const void* x, const void* w, const float* w_scale,
-                          const float* bias, const void* residual, void* y, cudaStream_t stream);
+// operands, for the layers validate_q8_mma accepts; x and w 16-byte aligned. `tactic` is one of
+// q8_mma_tactics(), the thread-block tile: "mma-q8" (128 pixels x 64 channels, any output type),
+// "mma-q8:128x128", "mma-q8:256x128" and "mma-q8:256x64" (8-bit outputs only; unsupported
+// otherwise). INT8 equals
+// launch_q8_conv bit for bit with every tile; FP8 (sm_89 and newer, unsupported elsewhere) sums in
+// the tensor cores' order, within one E4M3 step of the interpreter like the direct kernel.
+std::span<const std::string_view> q8_mma_tactics();
+Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& desc, const void* x, const void* w,
+                          const float* w_scale, const float* bias, const void* residual, void* y,
+                          cudaStream_t stream);
 
 // x: NHWC bytes [n, h, w, c]; y: NHWC bytes [n, out_h, out_w, c].
 Status launch_q8_max_pool(const PoolDesc& desc, const void* x, void* y, cudaStream_t stream);

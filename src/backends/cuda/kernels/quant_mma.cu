@@ -1,23 +1,49 @@
-// The tensor-core INT8/FP8 convolution (launch_q8_conv with Q8ConvKernel::kMma): an implicit GEMM
-// on mma.sync with 8-bit operands, with quant.h's epilogue fused.
+// The tensor-core INT8/FP8 convolution (launch_q8_mma_conv): an implicit GEMM on mma.sync with
+// 8-bit operands, with quant.h's epilogue fused.
 //
 // The GEMM: M = the output pixels (n, oh, ow), N = the output channels, K = the weights' r * s * c
 // bytes in KRSC order. One 16-byte chunk of K lies inside one tap (c is a multiple of 16), so the
 // activation row of pixel m at chunk q is x[n, ih, iw, c0 .. c0 + 15] of tap q / (c / 16): no
 // im2col buffer, and no K padding up to a tile (the last chunks past r * s * c are zero-filled).
-// A thread block computes 128 pixels x 64 channels with four warps (2 x 2, 64 x 32 each), K in
-// stages of 64 bytes through a three-stage cp.async pipeline (zero fill outside the image). Each
-// stage is two m16n8k32 steps: INT8 sums in int32 (s8 x s8), E4M3 in float32 (sm_89 and newer).
+// K moves in stages of 64 bytes through a cp.async pipeline (zero fill outside the image); each
+// stage is two m16n8k32 steps per fragment: INT8 sums in int32 (s8 x s8), E4M3 in float32 (sm_89
+// and newer). Operands reach the registers through ldmatrix (one instruction per 16 x 32-byte A
+// fragment or pair of 8 x 32-byte B fragments).
 //
-// Exactness: INT8 sums are exact in any order, and the epilogue is q8_conv_kernel's (quant.cu)
-// step for step, so INT8 outputs equal the direct kernel's and the plan interpreter's bit for bit.
-// The tensor cores sum E4M3 products in their own order and internal precision: FP8 outputs agree
-// with the interpreter within one E4M3 step, as the direct kernel's do.
+// Thread-block tiles, one tactic each (q8_mma_tactics()):
+//   mma-q8          128 pixels x  64 channels, 4 warps of 64 x 32, 3 stages (46 KB)
+//   mma-q8:128x128  128 pixels x 128 channels, 4 warps of 64 x 64, 4 stages (80 KB)
+//   mma-q8:256x128  256 pixels x 128 channels, 8 warps of 64 x 64, 4 stages (120 KB)
+//   mma-q8:256x64   256 pixels x  64 channels, 8 warps of 64 x 32, 4 stages (100 KB)
+// Why larger tiles: every stage brings (BM + BN) x 64 bytes from L2 for BM x BN x 64 multiply-adds,
+// so 128 x 64 moves 43 multiply-adds per byte, 256 x 64 51, 128 x 128 64 and 256 x 128 85 (where
+// the layer has that many output channels: ResNet's layer1 has 64). If L2 delivers some 5-7 TB/s
+// (an estimate, not measured here), 43 multiply-adds per byte allow 450-600 TOP/s whatever the tensor
+// cores do; the small tile measured 141-326 TOP/s on ResNet-18's layers on the H100
+// (bench/results/2026-12-06-8fdabf2). A 64 x 64 warp tile also
+// reads 32 multiply-adds per byte of shared memory against 21 for 64 x 32. The small tile stays for
+// the layers with few pixels, where the large ones leave SMs idle; tactic timing chooses per layer.
 //
-// Shared memory: per stage, 128 activation rows and 64 weight rows of 64 bytes, each padded to 80
-// bytes: the fragment loads (8 rows x 4 consecutive words per instruction) then fall on 32
-// distinct banks, and every 16-byte cp.async destination stays aligned.
+// Epilogue: each warp stages its accumulators (16 pixel rows at a time, as float) in shared memory,
+// then every lane finishes 16 consecutive channels of one pixel: quant.h's epilogue
+// (store_q8_output) per output, the residual read and the bytes written 16 at a time, so that a
+// warp writes whole 32-byte sectors instead of 2 bytes per row.
+//
+// Exactness: INT8 sums are exact in any order, and the epilogue is the direct kernel's
+// (store_q8_output, quant.cuh) step for step, so INT8 outputs equal the direct kernel's and the plan
+// interpreter's bit for bit for every tile. The tensor cores sum E4M3 products in their own order
+// and internal precision: FP8 outputs agree with the interpreter within one E4M3 step, as the
+// direct kernel's do.
+//
+// Shared memory: per stage, BM activation rows and BN weight rows of 64 bytes, each padded to 80
+// bytes: the eight 16-byte rows one ldmatrix phase reads then fall on 32 distinct banks, and every
+// 16-byte cp.async destination stays aligned.
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "backends/cuda/kernels/common.cuh"
@@ -27,14 +53,35 @@
 namespace gpulab::kernels {
 namespace {
 
-constexpr int kBM = 128, kBN = 64, kBK = 64;  // pixels, channels, K bytes per stage
-constexpr int kStages = 3;
+constexpr int kBK = 64;  // K bytes per stage
 constexpr int kRowBytes = kBK + 16;
-constexpr int kABytes = kBM * kRowBytes;  // 10240
-constexpr int kBBytes = kBN * kRowBytes;  // 5120
-constexpr int kStageBytes = kABytes + kBBytes;
-constexpr int kMmaThreads = 128;
-static_assert(kStages * kStageBytes <= 48 * 1024, "static shared memory");
+
+// One thread-block tile: BM pixels x BN channels, WM x WN warps.
+template <int BM_, int BN_, int WM_, int WN_, int Stages_>
+struct MmaTile {
+  static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, kStages = Stages_;
+  static constexpr int kThreads = WM * WN * 32;
+  static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;
+  static constexpr int kFragM = kWarpM / 16, kFragN = kWarpN / 8;
+  static constexpr int kABytes = BM * kRowBytes, kBBytes = BN * kRowBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // 16-byte chunks per stage: 4 per row; each thread copies row0 + kRowStep * i, chunk tid % 4.
+  static constexpr int kRowStep = kThreads / 4;
+  static constexpr int kAIters = BM / kRowStep, kBIters = BN / kRowStep;
+  // Epilogue staging: per warp 16 rows of kWarpN floats, padded by 4.
+  static constexpr int kStagePitch = kWarpN + 4;
+  static constexpr int kEpilogueBytes = WM * WN * 16 * kStagePitch * 4;
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes > kEpilogueBytes ? kStages* kStageBytes : kEpilogueBytes;
+  static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0 && BM % kRowStep == 0 && BN % kRowStep == 0);
+  static_assert(kWarpN == 32 || kWarpN == 64, "the epilogue's lanes cover 16 channels each");
+};
+using SmallTile = MmaTile<128, 64, 2, 2, 3>;
+using WideTile = MmaTile<128, 128, 2, 2, 4>;
+using LargeTile = MmaTile<256, 128, 4, 2, 4>;
+using TallTile = MmaTile<256, 64, 4, 2, 4>;
+
+constexpr std::string_view kTactics[] = {"mma-q8", "mma-q8:128x128", "mma-q8:256x128", "mma-q8:256x64"};
 
 struct MmaParams {
   int h, w, c, k, s;  // s: the kernel's width (taps per kernel row)
@@ -43,6 +90,8 @@ struct MmaParams {
   int64_t m_total;  // n * out_h * out_w
   int k_total;      // r * s * c: bytes of one weight row
   int c_chunks;     // c / 16
+  int n_tiles;      // thread-block tiles across the output channels
+  bool vec_out;     // 16 output channels of a pixel are one aligned 16-byte store (8-bit y, k % 16 == 0)
   float x_scale, residual_scale, inv_y;
   ActParams act;
 };
@@ -60,19 +109,24 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-__device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
+// Four 8 x 16-byte matrices: lanes 8j .. 8j + 7 give the row addresses of matrix j, and register j
+// of lane l receives the 4 bytes at offset 4 (l % 4) of row l / 4 of matrix j.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint8_t* smem_row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
 }
 
 // D += A (16 x 32, row) x B (32 x 8, col) for 8-bit A and B: int32 sums for int8, float32 for E4M3.
-__device__ __forceinline__ void mma_16x8x32(int32_t (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+__device__ __forceinline__ void mma_16x8x32(int32_t (&d)[4], const uint32_t (&a)[4], const uint32_t* b) {
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-__device__ __forceinline__ void mma_16x8x32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+__device__ __forceinline__ void mma_16x8x32(float (&d)[4], const uint32_t (&a)[4], const uint32_t* b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -80,31 +134,33 @@ __device__ __forceinline__ void mma_16x8x32(float (&d)[4], const uint32_t (&a)[4
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
-  __trap();  // launch_q8_conv checks the device before launching an FP8 kernel
+  __trap();  // launch_q8_mma_conv checks the device before launching an FP8 kernel
 #endif
 }
 
-template <bool kFp8, typename Y>
-__global__ void __launch_bounds__(kMmaThreads)
+template <typename T, bool kFp8, typename Y>
+__global__ void __launch_bounds__(T::kThreads)
     q8_mma_conv_kernel(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale,
                        const float* bias, const uint8_t* residual, Y* y) {
   using Acc = std::conditional_t<kFp8, float, int32_t>;
-  __shared__ __align__(128) uint8_t smem[kStages * kStageBytes];
+  extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tig = lane & 3;
-  const int wm = warp >> 1, wn = warp & 1;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBM;
-  const int n0 = static_cast<int>(blockIdx.y) * kBN;
+  const int wm = warp / T::WN, wn = warp % T::WN;
+  // Channel tiles vary fastest, so that the blocks of one pixel tile run together and read its
+  // activations from L2 once.
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x / p.n_tiles) * T::BM;
+  const int n0 = static_cast<int>(blockIdx.x % p.n_tiles) * T::BN;
 
-  // This thread copies 16-byte chunk `j` of K of activation rows row0 + 32 i (i < 4) and of
-  // weight rows row0 + 32 i (i < 2) in every stage.
+  // This thread copies 16-byte chunk `j` of K of activation rows row0 + kRowStep i and of weight
+  // rows row0 + kRowStep i in every stage.
   const int j = tid & 3, row0 = tid >> 2;
-  const uint8_t* a_img[4];
-  int a_ih[4], a_iw[4];
-  bool a_ok[4];
+  const uint8_t* a_img[T::kAIters];
+  int a_ih[T::kAIters], a_iw[T::kAIters];
+  bool a_ok[T::kAIters];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t m = m0 + row0 + 32 * i;
+  for (int i = 0; i < T::kAIters; ++i) {
+    const int64_t m = m0 + row0 + T::kRowStep * i;
     a_ok[i] = m < p.m_total;
     const int64_t mm = a_ok[i] ? m : 0;
     const int ow = static_cast<int>(mm % p.out_w);
@@ -115,109 +171,146 @@ __global__ void __launch_bounds__(kMmaThreads)
     a_ih[i] = oh * p.stride_h - p.pad_top;
     a_iw[i] = ow * p.stride_w - p.pad_left;
   }
-  const uint8_t* b_row[2];
-  bool b_ok[2];
+  const uint8_t* b_row[T::kBIters];
+  bool b_ok[T::kBIters];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int n = n0 + row0 + 32 * i;
+  for (int i = 0; i < T::kBIters; ++i) {
+    const int n = n0 + row0 + T::kRowStep * i;
     b_ok[i] = n < p.k;
     b_row[i] = w + static_cast<int64_t>(b_ok[i] ? n : 0) * p.k_total;
   }
 
   auto load_stage = [&](int kt, int buf) {
-    uint8_t* sa = smem + buf * kStageBytes;
-    uint8_t* sb = sa + kABytes;
+    uint8_t* sa = smem + buf * T::kStageBytes;
+    uint8_t* sb = sa + T::kABytes;
     const int q = kt * (kBK / 16) + j;  // this thread's 16-byte chunk of K
     const bool q_ok = q * 16 < p.k_total;
     const int tap = q_ok ? q / p.c_chunks : 0;
     const int c0 = (q - tap * p.c_chunks) * 16;
     const int r = tap / p.s, s = tap - r * p.s;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < T::kAIters; ++i) {
       const int ih = a_ih[i] + r * p.dil_h, iw = a_iw[i] + s * p.dil_w;
       const bool inside = q_ok && a_ok[i] && ih >= 0 && ih < p.h && iw >= 0 && iw < p.w;
       const uint8_t* src = inside ? a_img[i] + (static_cast<int64_t>(ih) * p.w + iw) * p.c + c0 : x;
-      cp_async16(sa + (row0 + 32 * i) * kRowBytes + j * 16, src, inside);
+      cp_async16(sa + (row0 + T::kRowStep * i) * kRowBytes + j * 16, src, inside);
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < T::kBIters; ++i) {
       const bool ok = q_ok && b_ok[i];
-      cp_async16(sb + (row0 + 32 * i) * kRowBytes + j * 16, ok ? b_row[i] + q * 16 : w, ok);
+      cp_async16(sb + (row0 + T::kRowStep * i) * kRowBytes + j * 16, ok ? b_row[i] + q * 16 : w, ok);
     }
   };
 
-  Acc acc[4][4][4];
+  Acc acc[T::kFragM][T::kFragN][4];
 #pragma unroll
-  for (int im = 0; im < 4; ++im)
+  for (int im = 0; im < T::kFragM; ++im)
 #pragma unroll
-    for (int jn = 0; jn < 4; ++jn)
+    for (int jn = 0; jn < T::kFragN; ++jn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[im][jn][e] = Acc(0);
 
+  // ldmatrix row addresses of this lane: A fragment rows lane % 16, bytes 16 (lane / 16) of the
+  // 32-byte step (registers: rows 0-7 / 8-15 x bytes 0-15 / 16-31, mma's a0..a3); B fragment pair
+  // rows lane % 8 + 8 (lane / 16), bytes 16 ((lane / 8) % 2) (b0, b1 of one 8-channel fragment, then
+  // of the next).
+  const int a_lane = (wm * T::kWarpM + (lane & 15)) * kRowBytes + (lane >> 4) * 16;
+  const int b_lane = (wn * T::kWarpN + (lane & 7) + ((lane >> 4) << 3)) * kRowBytes + ((lane >> 3) & 1) * 16;
+
   const int kt_total = (p.k_total + kBK - 1) / kBK;
 #pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
+  for (int st = 0; st < T::kStages - 1; ++st) {
     if (st < kt_total) load_stage(st, st);
     cp_async_commit();
   }
   for (int kt = 0; kt < kt_total; ++kt) {
-    cp_async_wait<kStages - 2>();  // stage kt has landed (this thread's copies) ...
-    __syncthreads();               // ... and everyone's; everyone is done with stage kt - 1's buffer
-    const int next = kt + kStages - 1;
-    if (next < kt_total) load_stage(next, next % kStages);
+    cp_async_wait<T::kStages - 2>();  // stage kt has landed (this thread's copies) ...
+    __syncthreads();                  // ... and everyone's; everyone is done with stage kt - 1's buffer
+    const int next = kt + T::kStages - 1;
+    if (next < kt_total) load_stage(next, next % T::kStages);
     cp_async_commit();  // always one group per iteration, so that the wait count stays right
-    const uint8_t* sa = smem + (kt % kStages) * kStageBytes;
-    const uint8_t* sb = sa + kABytes;
+    const uint8_t* sa = smem + (kt % T::kStages) * T::kStageBytes;
+    const uint8_t* sb = sa + T::kABytes;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 32) {
-      uint32_t af[4][4], bf[4][2];
+      uint32_t af[T::kFragM][4], bf[T::kFragN][2];
 #pragma unroll
-      for (int im = 0; im < 4; ++im) {
-        const uint8_t* ra = sa + (wm * 64 + im * 16 + g) * kRowBytes + kk + tig * 4;
-        af[im][0] = lds32(ra);
-        af[im][1] = lds32(ra + 8 * kRowBytes);
-        af[im][2] = lds32(ra + 16);
-        af[im][3] = lds32(ra + 8 * kRowBytes + 16);
+      for (int im = 0; im < T::kFragM; ++im) ldmatrix_x4(af[im], sa + a_lane + im * 16 * kRowBytes + kk);
+#pragma unroll
+      for (int jp = 0; jp < T::kFragN / 2; ++jp) {
+        uint32_t r[4];
+        ldmatrix_x4(r, sb + b_lane + jp * 16 * kRowBytes + kk);
+        bf[2 * jp][0] = r[0];
+        bf[2 * jp][1] = r[1];
+        bf[2 * jp + 1][0] = r[2];
+        bf[2 * jp + 1][1] = r[3];
       }
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn) {
-        const uint8_t* rb = sb + (wn * 32 + jn * 8 + g) * kRowBytes + kk + tig * 4;
-        bf[jn][0] = lds32(rb);
-        bf[jn][1] = lds32(rb + 16);
-      }
+      for (int im = 0; im < T::kFragM; ++im)
 #pragma unroll
-      for (int im = 0; im < 4; ++im)
-#pragma unroll
-        for (int jn = 0; jn < 4; ++jn) mma_16x8x32(acc[im][jn], af[im], bf[jn]);
+        for (int jn = 0; jn < T::kFragN; ++jn) mma_16x8x32(acc[im][jn], af[im], bf[jn]);
     }
   }
-  cp_async_wait<0>();  // nothing is in flight when the block exits
+  cp_async_wait<0>();  // nothing is in flight ...
+  __syncthreads();     // ... or still read: the pipeline's shared memory becomes the staging area
 
-  // quant.h's epilogue (store_q8_output, as the direct kernel ends). Accumulator e of (im, jn) is
-  // pixel row g + 8 (e / 2), channel 2 tig + e % 2 of the 16 x 8 tile.
+  // Accumulator e of (im, jn) is pixel row g + 8 (e / 2), channel 2 tig + e % 2 of the 16 x 8 tile.
+  float* stage = reinterpret_cast<float*>(smem) + warp * 16 * T::kStagePitch;
+  constexpr int kLanesPerRow = T::kWarpN / 16;  // each lane finishes 16 channels of a pixel
+  constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  const int lr = lane / kLanesPerRow;
+  const int lc = (lane % kLanesPerRow) * 16;
+  const int k_base = n0 + wn * T::kWarpN + lc;
 #pragma unroll
-  for (int im = 0; im < 4; ++im) {
+  for (int im = 0; im < T::kFragM; ++im) {
+    __syncwarp();  // the lanes are done reading the last rows
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int64_t m = m0 + wm * 64 + im * 16 + g + 8 * half;
-      if (m >= p.m_total) continue;
+    for (int jn = 0; jn < T::kFragN; ++jn)
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int k = n0 + wn * 32 + jn * 8 + 2 * tig + e;
-          if (k >= p.k) continue;
-          const int64_t i = m * p.k + k;
-          const Acc a = acc[im][jn][2 * half + e];
-          float conv;
-          if constexpr (kFp8) {
-            conv = a;
-          } else {
-            conv = __int2float_rn(a);
-          }
-          store_q8_output<kFp8>(conv, p.x_scale, w_scale[k], bias ? bias[k] : 0.0f,
-                                residual ? residual + i : nullptr, p.residual_scale, p.act, p.inv_y, y + i);
+      for (int e = 0; e < 4; ++e) {
+        const Acc a = acc[im][jn][e];
+        float conv;
+        if constexpr (kFp8) {
+          conv = a;
+        } else {
+          conv = __int2float_rn(a);
         }
+        stage[(g + 8 * (e >> 1)) * T::kStagePitch + jn * 8 + 2 * tig + (e & 1)] = conv;
+      }
+    __syncwarp();
+#pragma unroll
+    for (int pass = 0; pass < 16 / kRowsPerPass; ++pass) {
+      const int row = pass * kRowsPerPass + lr;
+      const int64_t m = m0 + wm * T::kWarpM + im * 16 + row;
+      if (m >= p.m_total) continue;
+      const float* src = stage + row * T::kStagePitch + lc;
+      const int64_t i0 = m * p.k + k_base;
+      if constexpr (sizeof(Y) == 1) {
+        if (p.vec_out && k_base < p.k) {  // k % 16 == 0: all 16 channels exist
+          uint4 res = make_uint4(0, 0, 0, 0);
+          if (residual) res = *reinterpret_cast<const uint4*>(residual + i0);
+          const uint32_t res_words[4] = {res.x, res.y, res.z, res.w};
+          uint32_t out_words[4] = {0, 0, 0, 0};
+#pragma unroll
+          for (int e = 0; e < 16; ++e) {
+            const uint8_t r = static_cast<uint8_t>(res_words[e / 4] >> (8 * (e % 4)));
+            uint8_t q;
+            store_q8_output<kFp8>(src[e], p.x_scale, w_scale[k_base + e], bias ? bias[k_base + e] : 0.0f,
+                                  residual ? &r : nullptr, p.residual_scale, p.act, p.inv_y, &q);
+            out_words[e / 4] |= static_cast<uint32_t>(q) << (8 * (e % 4));
+          }
+          const uint4 out = make_uint4(out_words[0], out_words[1], out_words[2], out_words[3]);
+          *reinterpret_cast<uint4*>(y + i0) = out;
+          continue;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        const int k = k_base + e;
+        if (k >= p.k) break;
+        store_q8_output<kFp8>(src[e], p.x_scale, w_scale[k], bias ? bias[k] : 0.0f,
+                              residual ? residual + i0 + e : nullptr, p.residual_scale, p.act, p.inv_y,
+                              y + i0 + e);
       }
     }
   }
@@ -237,14 +330,63 @@ Status check_fp8_device() {
   return Status::ok();
 }
 
+// Raises the kernel's dynamic shared-memory limit to what its tile needs, once per device (the
+// attribute is per device context; setting it is no stream operation, so it also works while a
+// CUDA graph is being captured).
+template <typename T, bool kFp8, typename Y>
+Status allow_shared_memory() {
+  static std::atomic<uint64_t> done{0};  // bit d: device d is set
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::unavailable("launch_q8_mma_conv: cannot read the current device.");
+  }
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit && (done.load(std::memory_order_relaxed) & bit)) return Status::ok();
+  if (const cudaError_t e = cudaFuncSetAttribute(q8_mma_conv_kernel<T, kFp8, Y>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+      e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::device_error("launch_q8_mma_conv: cannot allow " + std::to_string(T::kSmemBytes) +
+                                " bytes of shared memory per block: " + cudaGetErrorString(e));
+  }
+  done.fetch_or(bit, std::memory_order_relaxed);
+  return Status::ok();
+}
+
+template <typename T, bool kFp8, typename Y>
+Status launch_tile(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale, const float* bias,
+                   const uint8_t* residual, Y* y, cudaStream_t stream) {
+  GPULAB_TRY((allow_shared_memory<T, kFp8, Y>()));
+  p.n_tiles = (p.k + T::BN - 1) / T::BN;
+  const int64_t blocks = (p.m_total + T::BM - 1) / T::BM * p.n_tiles;
+  q8_mma_conv_kernel<T, kFp8, Y><<<static_cast<unsigned>(blocks), T::kThreads, T::kSmemBytes, stream>>>(
+      p, x, w, w_scale, bias, residual, y);
+  return check_launch("launch_q8_mma_conv", "q8_mma_conv_kernel");
+}
+
 }  // namespace
 
-Status launch_q8_mma_conv(const Q8ConvDesc& d, const void* x, const void* w, const float* w_scale,
-                          const float* bias, const void* residual, void* y, cudaStream_t stream) {
+std::span<const std::string_view> q8_mma_tactics() {
+  return kTactics;
+}
+
+Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const void* x, const void* w,
+                          const float* w_scale, const float* bias, const void* residual, void* y,
+                          cudaStream_t stream) {
   GPULAB_TRY(validate_q8_mma(d));
   GPULAB_TRY(check_q8_conv_pointers(d, w_scale, residual));
+  const auto* known = std::find(std::begin(kTactics), std::end(kTactics), tactic);
+  if (known == std::end(kTactics))
+    return Status::invalid_argument("launch_q8_mma_conv: unknown tactic \"" + std::string(tactic) + "\".");
+  const bool small = known == std::begin(kTactics);
+  if (!small && !is_kernel_8bit_type(d.y_dtype))
+    return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
+                               " writes 8-bit outputs only; a " + std::string(dtype_name(d.y_dtype)) +
+                               " output runs " + std::string(kTactics[0]) + ".");
   if (!is_aligned(x, 16) || !is_aligned(w, 16))
-    return Status::invalid_argument("launch_q8_conv: the tensor-core kernel needs x and w 16-byte aligned.");
+    return Status::invalid_argument(
+        "launch_q8_mma_conv: the tensor-core kernel needs x and w 16-byte aligned.");
   const bool fp8 = d.x_dtype == DataType::kFp8E4M3;
   if (fp8) GPULAB_TRY(check_fp8_device());
   MmaParams p{};
@@ -264,24 +406,29 @@ Status launch_q8_mma_conv(const Q8ConvDesc& d, const void* x, const void* w, con
   p.m_total = d.n * d.out_h * d.out_w;
   p.k_total = static_cast<int>(d.r * d.s * d.c);
   p.c_chunks = static_cast<int>(d.c / 16);
+  p.vec_out = is_kernel_8bit_type(d.y_dtype) && d.k % 16 == 0 && is_aligned(y, 16) &&
+              (!residual || is_aligned(residual, 16));
   p.x_scale = d.x_scale;
   p.residual_scale = d.residual_scale;
   p.inv_y = 1.0f / d.y_scale;  // as the direct kernel and the interpreter compute it
   p.act = ActParams{d.activation, d.clip_min, d.clip_max};
-  const dim3 grid(static_cast<unsigned>((p.m_total + kBM - 1) / kBM),
-                  static_cast<unsigned>((d.k + kBN - 1) / kBN));
   const auto* xb = static_cast<const uint8_t*>(x);
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* rb = static_cast<const uint8_t*>(residual);
-  return dispatch_output(d.y_dtype, [&](auto tag) -> Status {
-    using Y = decltype(tag);
-    if (fp8)
-      q8_mma_conv_kernel<true, Y>
-          <<<grid, kMmaThreads, 0, stream>>>(p, xb, wb, w_scale, bias, rb, static_cast<Y*>(y));
-    else
-      q8_mma_conv_kernel<false, Y>
-          <<<grid, kMmaThreads, 0, stream>>>(p, xb, wb, w_scale, bias, rb, static_cast<Y*>(y));
-    return check_launch("launch_q8_conv", "q8_mma_conv_kernel");
+  return dispatch_8bit(d.x_dtype, [&](auto fp8_tag) -> Status {
+    constexpr bool kFp8 = decltype(fp8_tag)::value;
+    if (!small) {
+      auto* yb = static_cast<uint8_t*>(y);
+      switch (known - std::begin(kTactics)) {
+        case 1: return launch_tile<WideTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
+        case 2: return launch_tile<LargeTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
+        default: return launch_tile<TallTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
+      }
+    }
+    return dispatch_output(d.y_dtype, [&](auto tag) -> Status {
+      using Y = decltype(tag);
+      return launch_tile<SmallTile, kFp8>(p, xb, wb, w_scale, bias, rb, static_cast<Y*>(y), stream);
+    });
   });
 }
 
