@@ -384,6 +384,29 @@ TEST(QuantKernels, InputCastsPoolsMatchExactly) {
                     .is_ok());
     testing::expect_synced();
     EXPECT_EQ(as_u8(dout.download()), want_q);
+    // Quantize from float16 (an INT8 plan's stem output): 8-element vectors, then a tail of 3 one
+    // element per thread; and from an odd offset, where only the one-element kernel runs.
+    for (const size_t offset : {size_t{0}, size_t{1}}) {
+      SCOPED_TRACE(offset);
+      const size_t count = 1003;
+      std::vector<float> halves(count);
+      std::vector<uint8_t> want_h(count);
+      for (size_t i = 0; i < count; ++i) {
+        halves[i] = half_bits_to_float(float_to_half_bits(floats[i % floats.size()] * 0.7f));
+        want_h[i] = quantize(halves[i], 1.0f / 0.25f, fp8);
+      }
+      // Offset 1: x 2 bytes and y 1 byte past an aligned address.
+      DeviceBuffer dh(testing::encode(halves, DataType::kFloat16), 2 * offset);
+      DeviceBuffer dq8(std::vector<std::byte>(count), offset);
+      ASSERT_TRUE(
+          launch_quant_cast(
+              {.count = static_cast<int64_t>(count), .from = DataType::kFloat16, .to = q, .scale = 0.25f},
+              dh.get(), dq8.get(), nullptr)
+              .is_ok());
+      testing::expect_synced();
+      EXPECT_EQ(as_u8(dq8.download()), want_h);
+      EXPECT_TRUE(dq8.tail_untouched());
+    }
     // Max pool 3x3/2 pad 1 over [1, 9, 9, C]: the largest value's code. C = 8: one byte per
     // thread; C = 32: 16-byte vectors. FP8 codes include +0 and -0 (0x00, 0x80), equal values
     // whose code is the first one met.
