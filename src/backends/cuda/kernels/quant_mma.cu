@@ -15,6 +15,8 @@
 //   mma-q8:128x128  128 pixels x 128 channels, 4 warps of 64 x 64, 4 stages (80 KB)
 //   mma-q8:256x128  256 pixels x 128 channels, 8 warps of 64 x 64, 4 stages (120 KB)
 //   mma-q8:256x64   256 pixels x  64 channels, 8 warps of 64 x 32, 4 stages (100 KB)
+//   mma-q8:3x3c64   3x3 convolutions of 64 channels into 64 alone: input patches shared by the
+//                   nine taps, weights resident (q8_conv3x3_patch_kernel below)
 // Why larger tiles: every stage brings (BM + BN) x 64 bytes from L2 for BM x BN x 64 multiply-adds,
 // so 128 x 64 moves 43 multiply-adds per byte, 256 x 64 51, 128 x 128 64 and 256 x 128 85 (where
 // the layer has that many output channels: ResNet's layer1 has 64). If L2 delivers some 5-7 TB/s
@@ -81,7 +83,9 @@ using WideTile = MmaTile<128, 128, 2, 2, 4>;
 using LargeTile = MmaTile<256, 128, 4, 2, 4>;
 using TallTile = MmaTile<256, 64, 4, 2, 4>;
 
-constexpr std::string_view kTactics[] = {"mma-q8", "mma-q8:128x128", "mma-q8:256x128", "mma-q8:256x64"};
+constexpr std::string_view kTactics[] = {"mma-q8", "mma-q8:128x128", "mma-q8:256x128", "mma-q8:256x64",
+                                         "mma-q8:3x3c64"};
+constexpr size_t kPatchTactic = 4;
 
 struct MmaParams {
   int h, w, c, k, s;  // s: the kernel's width (taps per kernel row)
@@ -138,6 +142,74 @@ __device__ __forceinline__ void mma_16x8x32(float (&d)[4], const uint32_t (&a)[4
 #endif
 }
 
+// The epilogue of one 16-pixel fragment row of a warp's accumulators (kWarpN channels): staged as
+// float in the warp's 16 x (kWarpN + 4) shared-memory area, then each lane finishes 16 consecutive
+// channels of one pixel with quant.h's epilogue (store_q8_output), the residual read and the bytes
+// written 16 at a time where p.vec_out allows. k_base: the lane's first channel;
+// pixel_of(row): the output pixel (n h w index) of fragment row `row`, or -1 where there is none.
+// Accumulator e of (jn) is fragment row g + 8 (e / 2), channel jn * 8 + 2 tig + e % 2.
+template <int kWarpN, bool kFp8, typename Acc, typename Y, typename PixelOf>
+__device__ __forceinline__ void finish_fragment(const Acc (&acc)[kWarpN / 8][4], float* stage, int lane,
+                                                int k_base, const MmaParams& p, const float* w_scale,
+                                                const float* bias, const uint8_t* residual, Y* y,
+                                                PixelOf pixel_of) {
+  static_assert(kWarpN == 32 || kWarpN == 64, "a lane finishes 16 channels");
+  constexpr int kPitch = kWarpN + 4;
+  constexpr int kLanesPerRow = kWarpN / 16;
+  constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  const int g = lane >> 2, tig = lane & 3;
+  const int lc = (lane % kLanesPerRow) * 16;
+  __syncwarp();  // the lanes are done reading the last fragment's rows
+#pragma unroll
+  for (int jn = 0; jn < kWarpN / 8; ++jn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float conv;
+      if constexpr (kFp8) {
+        conv = acc[jn][e];
+      } else {
+        conv = __int2float_rn(acc[jn][e]);
+      }
+      stage[(g + 8 * (e >> 1)) * kPitch + jn * 8 + 2 * tig + (e & 1)] = conv;
+    }
+  __syncwarp();
+#pragma unroll
+  for (int pass = 0; pass < 16 / kRowsPerPass; ++pass) {
+    const int row = pass * kRowsPerPass + lane / kLanesPerRow;
+    const int64_t m = pixel_of(row);
+    if (m < 0) continue;
+    const float* src = stage + row * kPitch + lc;
+    const int64_t i0 = m * p.k + k_base;
+    if constexpr (sizeof(Y) == 1) {
+      if (p.vec_out && k_base < p.k) {  // k % 16 == 0: all 16 channels exist
+        uint4 res = make_uint4(0, 0, 0, 0);
+        if (residual) res = *reinterpret_cast<const uint4*>(residual + i0);
+        const uint32_t res_words[4] = {res.x, res.y, res.z, res.w};
+        uint32_t out_words[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int e = 0; e < 16; ++e) {
+          const uint8_t r = static_cast<uint8_t>(res_words[e / 4] >> (8 * (e % 4)));
+          uint8_t q;
+          store_q8_output<kFp8>(src[e], p.x_scale, w_scale[k_base + e], bias ? bias[k_base + e] : 0.0f,
+                                residual ? &r : nullptr, p.residual_scale, p.act, p.inv_y, &q);
+          out_words[e / 4] |= static_cast<uint32_t>(q) << (8 * (e % 4));
+        }
+        *reinterpret_cast<uint4*>(y + i0) =
+            make_uint4(out_words[0], out_words[1], out_words[2], out_words[3]);
+        continue;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      const int k = k_base + e;
+      if (k >= p.k) break;
+      store_q8_output<kFp8>(src[e], p.x_scale, w_scale[k], bias ? bias[k] : 0.0f,
+                            residual ? residual + i0 + e : nullptr, p.residual_scale, p.act, p.inv_y,
+                            y + i0 + e);
+    }
+  }
+}
+
 template <typename T, bool kFp8, typename Y>
 __global__ void __launch_bounds__(T::kThreads)
     q8_mma_conv_kernel(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale,
@@ -145,7 +217,6 @@ __global__ void __launch_bounds__(T::kThreads)
   using Acc = std::conditional_t<kFp8, float, int32_t>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, tig = lane & 3;
   const int wm = warp / T::WN, wn = warp % T::WN;
   // Channel tiles vary fastest, so that the blocks of one pixel tile run together and read its
   // activations from L2 once.
@@ -254,66 +325,143 @@ __global__ void __launch_bounds__(T::kThreads)
   cp_async_wait<0>();  // nothing is in flight ...
   __syncthreads();     // ... or still read: the pipeline's shared memory becomes the staging area
 
-  // Accumulator e of (im, jn) is pixel row g + 8 (e / 2), channel 2 tig + e % 2 of the 16 x 8 tile.
   float* stage = reinterpret_cast<float*>(smem) + warp * 16 * T::kStagePitch;
-  constexpr int kLanesPerRow = T::kWarpN / 16;  // each lane finishes 16 channels of a pixel
-  constexpr int kRowsPerPass = 32 / kLanesPerRow;
-  const int lr = lane / kLanesPerRow;
-  const int lc = (lane % kLanesPerRow) * 16;
-  const int k_base = n0 + wn * T::kWarpN + lc;
+  const int k_base = n0 + wn * T::kWarpN + (lane % (T::kWarpN / 16)) * 16;
 #pragma unroll
-  for (int im = 0; im < T::kFragM; ++im) {
-    __syncwarp();  // the lanes are done reading the last rows
+  for (int im = 0; im < T::kFragM; ++im)
+    finish_fragment<T::kWarpN, kFp8>(acc[im], stage, lane, k_base, p, w_scale, bias, residual, y,
+                                     [&](int row) -> int64_t {
+                                       const int64_t m = m0 + wm * T::kWarpM + im * 16 + row;
+                                       return m < p.m_total ? m : -1;
+                                     });
+}
+
+// The 3x3 convolution of 64 channels into 64 (stride 1, dilation 1, pads 1: ResNet's layer1), tactic
+// mma-q8:3x3c64. The implicit GEMM above reads each input pixel from L2 once per tap, nine times:
+// with 64 output channels no tile amortizes that (51 multiply-adds per byte at 256 x 64). Here a
+// block keeps all the weights in shared memory (9 x 64 x 64 bytes) and walks over output tiles of 8
+// rows x 16 columns of one image; for each it loads the input patch with its one-pixel halo (10 x 18
+// pixels, zero outside the image) once, and the nine taps are nine shifted views of it: ldmatrix
+// takes a row address per lane, so the A fragment of tap (dy, dx) is patch pixels (row + dy, column
+// + dx). 11.5 KB from L2 per 128 outputs instead of 74 KB. The next tile's patch loads while this
+// one computes (two buffers); four warps, each two output rows of 16 pixels by 64 channels.
+namespace patch {
+constexpr int kTileH = 8, kTileW = 16;
+constexpr int kPatchH = kTileH + 2, kPatchW = kTileW + 2;
+constexpr int kChannels = 64;
+constexpr int kPitch =
+    kChannels + 16;  // 80 bytes per pixel or weight row: ldmatrix's 8 rows on distinct banks
+constexpr int kTaps = 9;
+constexpr int kWeightBytes = kTaps * kChannels * kPitch;  // 46,080
+constexpr int kPatchBytes = kPatchH * kPatchW * kPitch;   // 14,400
+constexpr int kThreads = 128;
+constexpr int kStagePitch = kChannels + 4;
+constexpr int kEpilogueBytes = kThreads / 32 * 16 * kStagePitch * 4;  // 17,408
+constexpr int kSmemBytes = kWeightBytes + 2 * kPatchBytes + kEpilogueBytes;
+}  // namespace patch
+
+template <bool kFp8>
+__global__ void __launch_bounds__(patch::kThreads)
+    q8_conv3x3_patch_kernel(MmaParams p, int tiles_w, int tiles_h, int64_t tiles, const uint8_t* x,
+                            const uint8_t* w, const float* w_scale, const float* bias,
+                            const uint8_t* residual, uint8_t* y) {
+  using namespace patch;
+  using Acc = std::conditional_t<kFp8, float, int32_t>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* const sw = smem;
+  uint8_t* const sp = smem + kWeightBytes;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float* const stage = reinterpret_cast<float*>(sp + 2 * kPatchBytes) + warp * 16 * kStagePitch;
+
+  // All weights, row (tap, k) of 64 bytes: w is [k][tap][c] (KRSC with r * s = 9 taps).
+  for (int i = tid; i < kTaps * kChannels * 4; i += kThreads) {
+    const int chunk = i & 3, row = i >> 2, tap = row / kChannels, k = row % kChannels;
+    cp_async16(sw + row * kPitch + chunk * 16, w + (k * kTaps + tap) * kChannels + chunk * 16, true);
+  }
+  const auto tile_origin = [&](int64_t tile, int64_t& n, int& oy, int& ox) {
+    ox = static_cast<int>(tile % tiles_w) * kTileW;
+    const int64_t rest = tile / tiles_w;
+    oy = static_cast<int>(rest % tiles_h) * kTileH;
+    n = rest / tiles_h;
+  };
+  const auto load_patch = [&](int64_t tile, int buf) {
+    int64_t n;
+    int oy, ox;
+    tile_origin(tile, n, oy, ox);
+    const uint8_t* img = x + n * p.h * p.w * static_cast<int64_t>(kChannels);
+    uint8_t* dst = sp + buf * kPatchBytes;
+    for (int i = tid; i < kPatchH * kPatchW * 4; i += kThreads) {
+      const int chunk = i & 3, pix = i >> 2, py = pix / kPatchW, px = pix % kPatchW;
+      const int iy = oy + py - 1, ix = ox + px - 1;
+      const bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
+      const uint8_t* src = inside ? img + (static_cast<int64_t>(iy) * p.w + ix) * kChannels + chunk * 16 : x;
+      cp_async16(dst + pix * kPitch + chunk * 16, src, inside);
+    }
+  };
+
+  int64_t tile = blockIdx.x;
+  if (tile < tiles) load_patch(tile, 0);
+  cp_async_commit();  // the weights and the first patch
+  // ldmatrix rows of this lane (see q8_mma_conv_kernel): A row = output column lane % 16 of the
+  // warp's first row, bytes 16 (lane / 16) of the 32-byte step; B rows as there.
+  const int a_lane = ((2 * warp) * kPatchW + (lane & 15)) * kPitch + (lane >> 4) * 16;
+  const int b_lane = ((lane & 7) + ((lane >> 4) << 3)) * kPitch + ((lane >> 3) & 1) * 16;
+  const int k_base = (lane % (kChannels / 16)) * 16;
+  for (int buf = 0; tile < tiles; tile += gridDim.x, buf ^= 1) {
+    const int64_t next = tile + gridDim.x;
+    if (next < tiles) load_patch(next, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile's patch (and the weights) have landed: this thread's copies ...
+    __syncthreads();     // ... and everyone's
+    const uint8_t* sa = sp + buf * kPatchBytes;
+    Acc acc[2][8][4];
 #pragma unroll
-    for (int jn = 0; jn < T::kFragN; ++jn)
+    for (int im = 0; im < 2; ++im)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const Acc a = acc[im][jn][e];
-        float conv;
-        if constexpr (kFp8) {
-          conv = a;
-        } else {
-          conv = __int2float_rn(a);
+      for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[im][jn][e] = Acc(0);
+#pragma unroll 1
+    for (int tap = 0; tap < kTaps; ++tap) {
+      const int dy = tap / 3, dx = tap % 3;
+      const uint8_t* a_tap = sa + a_lane + (dy * kPatchW + dx) * kPitch;
+      const uint8_t* b_tap = sw + tap * kChannels * kPitch + b_lane;
+#pragma unroll
+      for (int kk = 0; kk < kChannels; kk += 32) {
+        uint32_t af[2][4], bf[8][2];
+#pragma unroll
+        for (int im = 0; im < 2; ++im) ldmatrix_x4(af[im], a_tap + im * kPatchW * kPitch + kk);
+#pragma unroll
+        for (int jp = 0; jp < 4; ++jp) {
+          uint32_t r[4];
+          ldmatrix_x4(r, b_tap + jp * 16 * kPitch + kk);
+          bf[2 * jp][0] = r[0];
+          bf[2 * jp][1] = r[1];
+          bf[2 * jp + 1][0] = r[2];
+          bf[2 * jp + 1][1] = r[3];
         }
-        stage[(g + 8 * (e >> 1)) * T::kStagePitch + jn * 8 + 2 * tig + (e & 1)] = conv;
-      }
-    __syncwarp();
 #pragma unroll
-    for (int pass = 0; pass < 16 / kRowsPerPass; ++pass) {
-      const int row = pass * kRowsPerPass + lr;
-      const int64_t m = m0 + wm * T::kWarpM + im * 16 + row;
-      if (m >= p.m_total) continue;
-      const float* src = stage + row * T::kStagePitch + lc;
-      const int64_t i0 = m * p.k + k_base;
-      if constexpr (sizeof(Y) == 1) {
-        if (p.vec_out && k_base < p.k) {  // k % 16 == 0: all 16 channels exist
-          uint4 res = make_uint4(0, 0, 0, 0);
-          if (residual) res = *reinterpret_cast<const uint4*>(residual + i0);
-          const uint32_t res_words[4] = {res.x, res.y, res.z, res.w};
-          uint32_t out_words[4] = {0, 0, 0, 0};
+        for (int im = 0; im < 2; ++im)
 #pragma unroll
-          for (int e = 0; e < 16; ++e) {
-            const uint8_t r = static_cast<uint8_t>(res_words[e / 4] >> (8 * (e % 4)));
-            uint8_t q;
-            store_q8_output<kFp8>(src[e], p.x_scale, w_scale[k_base + e], bias ? bias[k_base + e] : 0.0f,
-                                  residual ? &r : nullptr, p.residual_scale, p.act, p.inv_y, &q);
-            out_words[e / 4] |= static_cast<uint32_t>(q) << (8 * (e % 4));
-          }
-          const uint4 out = make_uint4(out_words[0], out_words[1], out_words[2], out_words[3]);
-          *reinterpret_cast<uint4*>(y + i0) = out;
-          continue;
-        }
-      }
-#pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        const int k = k_base + e;
-        if (k >= p.k) break;
-        store_q8_output<kFp8>(src[e], p.x_scale, w_scale[k], bias ? bias[k] : 0.0f,
-                              residual ? residual + i0 + e : nullptr, p.residual_scale, p.act, p.inv_y,
-                              y + i0 + e);
+          for (int jn = 0; jn < 8; ++jn) mma_16x8x32(acc[im][jn], af[im], bf[jn]);
       }
     }
+    int64_t n;
+    int oy, ox;
+    tile_origin(tile, n, oy, ox);
+#pragma unroll
+    for (int im = 0; im < 2; ++im) {
+      const int row_y = oy + 2 * warp + im;
+      finish_fragment<kChannels, kFp8>(acc[im], stage, lane, k_base, p, w_scale, bias, residual, y,
+                                       [&](int col) -> int64_t {
+                                         const int col_x = ox + col;
+                                         if (row_y >= p.h || col_x >= p.w) return -1;
+                                         return (n * p.h + row_y) * p.w + col_x;
+                                       });
+    }
+    __syncthreads();  // everyone is done with this patch before the next iteration loads into it
   }
+  cp_async_wait<0>();  // nothing is in flight when the block exits
 }
 
 // OK when the current device runs the FP8 tensor-core instructions (sm_89 and newer).
@@ -330,24 +478,26 @@ Status check_fp8_device() {
   return Status::ok();
 }
 
-// Raises the kernel's dynamic shared-memory limit to what its tile needs, once per device (the
-// attribute is per device context; setting it is no stream operation, so it also works while a
-// CUDA graph is being captured).
-template <typename T, bool kFp8, typename Y>
-Status allow_shared_memory() {
-  static std::atomic<uint64_t> done{0};  // bit d: device d is set
+// Raises `kernel`'s dynamic shared-memory limit to `bytes`, once per device (`done`: bit d set once
+// device d has it; the attribute is per device context, and setting it is no stream operation, so
+// it also works while a CUDA graph is being captured). Also gives the device's SM count.
+template <typename Kernel>
+Status allow_shared_memory(Kernel kernel, int bytes, std::atomic<uint64_t>& done, int* sms = nullptr) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return Status::unavailable("launch_q8_mma_conv: cannot read the current device.");
   }
+  if (sms && cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::unavailable("launch_q8_mma_conv: cannot read the device's SM count.");
+  }
   const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
   if (bit && (done.load(std::memory_order_relaxed) & bit)) return Status::ok();
-  if (const cudaError_t e = cudaFuncSetAttribute(q8_mma_conv_kernel<T, kFp8, Y>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       e != cudaSuccess) {
     (void)cudaGetLastError();
-    return Status::device_error("launch_q8_mma_conv: cannot allow " + std::to_string(T::kSmemBytes) +
+    return Status::device_error("launch_q8_mma_conv: cannot allow " + std::to_string(bytes) +
                                 " bytes of shared memory per block: " + cudaGetErrorString(e));
   }
   done.fetch_or(bit, std::memory_order_relaxed);
@@ -357,12 +507,30 @@ Status allow_shared_memory() {
 template <typename T, bool kFp8, typename Y>
 Status launch_tile(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale, const float* bias,
                    const uint8_t* residual, Y* y, cudaStream_t stream) {
-  GPULAB_TRY((allow_shared_memory<T, kFp8, Y>()));
+  static std::atomic<uint64_t> done{0};
+  GPULAB_TRY(allow_shared_memory(q8_mma_conv_kernel<T, kFp8, Y>, T::kSmemBytes, done));
   p.n_tiles = (p.k + T::BN - 1) / T::BN;
   const int64_t blocks = (p.m_total + T::BM - 1) / T::BM * p.n_tiles;
   q8_mma_conv_kernel<T, kFp8, Y><<<static_cast<unsigned>(blocks), T::kThreads, T::kSmemBytes, stream>>>(
       p, x, w, w_scale, bias, residual, y);
   return check_launch("launch_q8_mma_conv", "q8_mma_conv_kernel");
+}
+
+template <bool kFp8>
+Status launch_patch(const MmaParams& p, int64_t n, const uint8_t* x, const uint8_t* w, const float* w_scale,
+                    const float* bias, const uint8_t* residual, uint8_t* y, cudaStream_t stream) {
+  static std::atomic<uint64_t> done{0};
+  int sms = 0;
+  GPULAB_TRY(allow_shared_memory(q8_conv3x3_patch_kernel<kFp8>, patch::kSmemBytes, done, &sms));
+  const int tiles_w = (p.w + patch::kTileW - 1) / patch::kTileW,
+            tiles_h = (p.h + patch::kTileH - 1) / patch::kTileH;
+  const int64_t tiles = n * tiles_w * tiles_h;
+  // Two blocks fit an SM (92 KB of shared memory each); each walks over tiles blockIdx.x + k grid.
+  const int64_t blocks = std::min<int64_t>(tiles, 2 * static_cast<int64_t>(std::max(sms, 1)));
+  q8_conv3x3_patch_kernel<kFp8>
+      <<<static_cast<unsigned>(blocks), patch::kThreads, patch::kSmemBytes, stream>>>(
+          p, tiles_w, tiles_h, tiles, x, w, w_scale, bias, residual, y);
+  return check_launch("launch_q8_mma_conv", "q8_conv3x3_patch_kernel");
 }
 
 }  // namespace
@@ -371,19 +539,31 @@ std::span<const std::string_view> q8_mma_tactics() {
   return kTactics;
 }
 
-Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const void* x, const void* w,
-                          const float* w_scale, const float* bias, const void* residual, void* y,
-                          cudaStream_t stream) {
+Status q8_mma_tactic_supports(std::string_view tactic, const Q8ConvDesc& d) {
   GPULAB_TRY(validate_q8_mma(d));
-  GPULAB_TRY(check_q8_conv_pointers(d, w_scale, residual));
   const auto* known = std::find(std::begin(kTactics), std::end(kTactics), tactic);
   if (known == std::end(kTactics))
     return Status::invalid_argument("launch_q8_mma_conv: unknown tactic \"" + std::string(tactic) + "\".");
-  const bool small = known == std::begin(kTactics);
-  if (!small && !is_kernel_8bit_type(d.y_dtype))
+  const size_t index = static_cast<size_t>(known - std::begin(kTactics));
+  if (index > 0 && !is_kernel_8bit_type(d.y_dtype))
     return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
                                " writes 8-bit outputs only; a " + std::string(dtype_name(d.y_dtype)) +
                                " output runs " + std::string(kTactics[0]) + ".");
+  if (index == kPatchTactic &&
+      (d.c != patch::kChannels || d.k != patch::kChannels || d.r != 3 || d.s != 3 || d.stride != Hw{1, 1} ||
+       d.dilation != Hw{1, 1} || d.pads != Pads{1, 1, 1, 1} || d.out_h != d.h || d.out_w != d.w))
+    return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
+                               " runs 3x3 convolutions of 64 channels into 64, stride 1, pads 1 only.");
+  return Status::ok();
+}
+
+Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const void* x, const void* w,
+                          const float* w_scale, const float* bias, const void* residual, void* y,
+                          cudaStream_t stream) {
+  GPULAB_TRY(q8_mma_tactic_supports(tactic, d));
+  GPULAB_TRY(check_q8_conv_pointers(d, w_scale, residual));
+  const size_t index =
+      static_cast<size_t>(std::find(std::begin(kTactics), std::end(kTactics), tactic) - std::begin(kTactics));
   if (!is_aligned(x, 16) || !is_aligned(w, 16))
     return Status::invalid_argument(
         "launch_q8_mma_conv: the tensor-core kernel needs x and w 16-byte aligned.");
@@ -417,13 +597,13 @@ Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const vo
   const auto* rb = static_cast<const uint8_t*>(residual);
   return dispatch_8bit(d.x_dtype, [&](auto fp8_tag) -> Status {
     constexpr bool kFp8 = decltype(fp8_tag)::value;
-    if (!small) {
-      auto* yb = static_cast<uint8_t*>(y);
-      switch (known - std::begin(kTactics)) {
-        case 1: return launch_tile<WideTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
-        case 2: return launch_tile<LargeTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
-        default: return launch_tile<TallTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
-      }
+    auto* yb = static_cast<uint8_t*>(y);
+    switch (index) {
+      case 0: break;
+      case 1: return launch_tile<WideTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
+      case 2: return launch_tile<LargeTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
+      case 3: return launch_tile<TallTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
+      default: return launch_patch<kFp8>(p, d.n, xb, wb, w_scale, bias, rb, yb, stream);
     }
     return dispatch_output(d.y_dtype, [&](auto tag) -> Status {
       using Y = decltype(tag);
