@@ -57,14 +57,25 @@ __device__ __forceinline__ uint8_t quantize_q8(float x, float inv_scale) {
 // residual_scale, the activation, then stored at `y`: quantized at 1 / inv_y for an 8-bit y,
 // rounded to a float y. The direct kernel (quant.cu) and the tensor-core one (quant_mma.cu) both
 // end with it, which is why their INT8 outputs are the same bytes.
+// q8_epilogue is that value before the store, from the residual's byte itself (`has_residual`
+// false: none), for kernels that hold their outputs in registers: a pointer to a local byte would
+// keep it in local memory (the tensor-core kernel's epilogue ran 2-4x slower so on the H100,
+// 2026-12-06).
+template <bool kFp8>
+__device__ __forceinline__ float q8_epilogue(float conv, float x_scale, float w_scale, float bias,
+                                             bool has_residual, uint8_t residual, float residual_scale,
+                                             ActParams act) {
+  float v = __fmul_rn(conv, __fmul_rn(x_scale, w_scale));
+  v = __fadd_rn(v, bias);
+  if (has_residual) v = __fadd_rn(v, __fmul_rn(q8_to_float<kFp8>(residual), residual_scale));
+  return apply_act(v, act);
+}
 template <bool kFp8, typename Y>
 __device__ __forceinline__ void store_q8_output(float conv, float x_scale, float w_scale, float bias,
                                                 const uint8_t* residual, float residual_scale, ActParams act,
                                                 float inv_y, Y* y) {
-  float v = __fmul_rn(conv, __fmul_rn(x_scale, w_scale));
-  v = __fadd_rn(v, bias);
-  if (residual) v = __fadd_rn(v, __fmul_rn(q8_to_float<kFp8>(*residual), residual_scale));
-  v = apply_act(v, act);
+  const float v = q8_epilogue<kFp8>(conv, x_scale, w_scale, bias, residual != nullptr,
+                                    residual ? *residual : 0, residual_scale, act);
   if constexpr (sizeof(Y) == 1) {
     *y = quantize_q8<kFp8>(v, inv_y);
   } else {

@@ -157,8 +157,21 @@ __device__ __forceinline__ void finish_fragment(const Acc (&acc)[kWarpN / 8][4],
   constexpr int kPitch = kWarpN + 4;
   constexpr int kLanesPerRow = kWarpN / 16;
   constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  constexpr int kPasses = 16 / kRowsPerPass;
   const int g = lane >> 2, tig = lane & 3;
   const int lc = (lane % kLanesPerRow) * 16;
+  // The pixels this lane finishes, and their residual bytes read before the staging (not after,
+  // where each pass would wait for its load).
+  int64_t pixel[kPasses];
+  uint4 res[kPasses];
+  const bool vec = sizeof(Y) == 1 && p.vec_out && k_base < p.k;  // k % 16 == 0: all 16 channels exist
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    pixel[pass] = pixel_of(pass * kRowsPerPass + lane / kLanesPerRow);
+    res[pass] = make_uint4(0, 0, 0, 0);
+    if (vec && residual && pixel[pass] >= 0)
+      res[pass] = *reinterpret_cast<const uint4*>(residual + pixel[pass] * p.k + k_base);
+  }
   __syncwarp();  // the lanes are done reading the last fragment's rows
 #pragma unroll
   for (int jn = 0; jn < kWarpN / 8; ++jn)
@@ -174,25 +187,23 @@ __device__ __forceinline__ void finish_fragment(const Acc (&acc)[kWarpN / 8][4],
     }
   __syncwarp();
 #pragma unroll
-  for (int pass = 0; pass < 16 / kRowsPerPass; ++pass) {
+  for (int pass = 0; pass < kPasses; ++pass) {
     const int row = pass * kRowsPerPass + lane / kLanesPerRow;
-    const int64_t m = pixel_of(row);
+    const int64_t m = pixel[pass];
     if (m < 0) continue;
     const float* src = stage + row * kPitch + lc;
     const int64_t i0 = m * p.k + k_base;
     if constexpr (sizeof(Y) == 1) {
-      if (p.vec_out && k_base < p.k) {  // k % 16 == 0: all 16 channels exist
-        uint4 res = make_uint4(0, 0, 0, 0);
-        if (residual) res = *reinterpret_cast<const uint4*>(residual + i0);
-        const uint32_t res_words[4] = {res.x, res.y, res.z, res.w};
+      if (vec) {
+        const uint32_t res_words[4] = {res[pass].x, res[pass].y, res[pass].z, res[pass].w};
         uint32_t out_words[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int e = 0; e < 16; ++e) {
-          const uint8_t r = static_cast<uint8_t>(res_words[e / 4] >> (8 * (e % 4)));
-          uint8_t q;
-          store_q8_output<kFp8>(src[e], p.x_scale, w_scale[k_base + e], bias ? bias[k_base + e] : 0.0f,
-                                residual ? &r : nullptr, p.residual_scale, p.act, p.inv_y, &q);
-          out_words[e / 4] |= static_cast<uint32_t>(q) << (8 * (e % 4));
+          const auto r = static_cast<uint8_t>(res_words[e / 4] >> (8 * (e % 4)));
+          const float v =
+              q8_epilogue<kFp8>(src[e], p.x_scale, w_scale[k_base + e], bias ? bias[k_base + e] : 0.0f,
+                                residual != nullptr, r, p.residual_scale, p.act);
+          out_words[e / 4] |= static_cast<uint32_t>(quantize_q8<kFp8>(v, p.inv_y)) << (8 * (e % 4));
         }
         *reinterpret_cast<uint4*>(y + i0) =
             make_uint4(out_words[0], out_words[1], out_words[2], out_words[3]);
