@@ -3,7 +3,7 @@
 # the gpu-labelled tests, the precision-agreement check on the ImageNet sample set, `gpulab bench`
 # on ResNet-18 and MobileNetV2, and the side-by-side comparison with PyTorch.
 # Run from the project root after `source .gpuhost/enter.sh`; logs go to $OUT.
-#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep torchvision pipeline probe soak crosscheck buildcost" bash bench/gpuhost_benchmarks.sh [budget_s]
+#   OUT=dir STAGES="tests accuracy bench compare compile grid sweep torchvision pipeline probe soak crosscheck int8 buildcost" bash bench/gpuhost_benchmarks.sh [budget_s]
 # COMPARE_MODELS="r18 mnv2" and COMPARE_ARGS choose what the compare stage runs.
 # BUILD_TARGETS="gpulab" builds only those targets (for calls that run no tests).
 # GPULAB_PREBUILT=file.xz: a gpulab binary an earlier call on the host built (and returned through
@@ -345,6 +345,19 @@ if has crosscheck; then
   kill "$smi"
   python3 bench/telemetry_crosscheck.py --smi "$out/crosscheck_smi.csv" --sweep "$out/crosscheck_sweep.json" \
     --json "$out/crosscheck.json"
+fi
+if has int8; then
+  # Issue 28: bench/gpuhost_int8.sh with the seeded ResNet-18 at INT8_BATCHES ("1 256 1024"), its
+  # INT8 plan beside FP16 and, when INT8_PREV names another gpulab (xz-compressed, e.g. the previous
+  # commit's, carried in .gpurun), beside that gpulab's INT8 plan in the same run; MobileNetV2's 8-bit
+  # plans when INT8_CACHE names its calibration cache. Stage `compile` adds torch.compile
+  # (COMPILE_ARGS="--modes compile,gpulab --batch 256 --precision fp16").
+  prev=""
+  if [ -n "${INT8_PREV:-}" ] && xz -dc "$INT8_PREV" > /tmp/gpulab-prev && chmod +x /tmp/gpulab-prev; then
+    prev=/tmp/gpulab-prev
+  fi
+  R18=$r18 GPULAB=$gpulab CACHE=${INT8_CACHE:-} PREV_GPULAB=$prev BATCHES=${INT8_BATCHES:-1 256 1024} \
+    OUT=$out/int8 bash bench/gpuhost_int8.sh $(($(left) - 20)) 2>&1 | tail -40
 fi
 if has buildcost; then
   # Issue 30 item 3, a first build at max batch 1024: per BUILDCOST_CONFIGS entry ("r18:fp16
