@@ -22,19 +22,22 @@
 // the layer has that many output channels: ResNet's layer1 has 64). If L2 delivers some 5-7 TB/s
 // (an estimate, not measured here), 43 multiply-adds per byte allow 450-600 TOP/s whatever the tensor
 // cores do; the small tile measured 141-326 TOP/s on ResNet-18's layers on the H100
-// (bench/results/2026-12-06-8fdabf2). A 64 x 64 warp tile also
-// reads 32 multiply-adds per byte of shared memory against 21 for 64 x 32. The small tile stays for
-// the layers with few pixels, where the large ones leave SMs idle; tactic timing chooses per layer.
+// (bench/results/2026-12-06-8fdabf2). A 64 x 64 warp tile also reads 32 multiply-adds per byte of
+// shared memory against 21 for 64 x 32. The small tile stays for the layers with few pixels, where
+// the large ones leave SMs idle; tactic timing chooses per layer. Measured at batch 256 on the H100
+// (bench/results/2026-12-06-4feb628): 128x128 won layers 2-4's 3x3 convolutions at 295-402 TOP/s,
+// 3x3c64 layer1's at 294-307, against 1,437 TOP/s for cuBLASLt's INT8 GEMM (wgmma): mma.sync,
+// not the tiles, is the limit now.
 //
 // Epilogue: each warp stages its accumulators (16 pixel rows at a time, as float) in shared memory,
-// then every lane finishes 16 consecutive channels of one pixel: quant.h's epilogue
-// (store_q8_output) per output, the residual read and the bytes written 16 at a time, so that a
-// warp writes whole 32-byte sectors instead of 2 bytes per row.
+// then every lane finishes 16 consecutive channels of one pixel: quant.h's epilogue (q8_epilogue,
+// the values in registers) per output, the residual read and the bytes written 16 at a time, so
+// that a warp writes whole 32-byte sectors instead of 2 bytes per row (finish_fragment).
 //
 // Exactness: INT8 sums are exact in any order, and the epilogue is the direct kernel's
-// (store_q8_output, quant.cuh) step for step, so INT8 outputs equal the direct kernel's and the plan
-// interpreter's bit for bit for every tile. The tensor cores sum E4M3 products in their own order
-// and internal precision: FP8 outputs agree with the interpreter within one E4M3 step, as the
+// (q8_epilogue, which its store_q8_output calls, quant.cuh) step for step, so INT8 outputs equal the direct
+// kernel's and the plan interpreter's bit for bit for every tile. The tensor cores sum E4M3 products in their
+// own order and internal precision: FP8 outputs agree with the interpreter within one E4M3 step, as the
 // direct kernel's do.
 //
 // Shared memory: per stage, BM activation rows and BN weight rows of 64 bytes, each padded to 80
