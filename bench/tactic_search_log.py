@@ -7,7 +7,8 @@ For caps on the number of candidates timed per search, this prints how many time
 cap would have skipped, their share of all the timed kernel time (a proxy for timing cost: every
 candidate runs several times), and the cost in run time: the summed best times with the cap over
 the summed best times without it (1.0000: no search lost its winner). src/runtime/tactics.cc's
-kMaxTimedPerSearch was chosen from this on the H200 sweep of bench/results/2026-12-06-5b3cf93.
+kMaxTimedPerSearch was chosen from this on the H200 sweep of bench/results/2026-12-06-5b3cf93 and the
+H100 builds of bench/results/2026-12-06-d62b738.
 
 Usage: tactic_search_log.py LOG [--caps 6,9,12,16,20] [--json OUT]
 Exit codes: 0 a table, 1 a log without timed candidates, 2 bad arguments or an unreadable log.
@@ -73,7 +74,8 @@ def main() -> int:
         print(f"tactic_search_log: cannot read '{a.log}': {e.strerror}", file=sys.stderr)
         return 2
     if not found:
-        print(f"{a.log}: no timed candidates (was the build run with -v?)", file=sys.stderr)
+        print(f"{a.log}: no timed cuDNN candidates (was the build run with -v? An INT8/FP8 plan's "
+              "convolutions time gpulab's own kernels, which its log lists per layer instead)", file=sys.stderr)
         return 1
     rows = cap_table(found, caps)
     winners = sorted(s["timed"].index(min(s["timed"])) for s in found)
