@@ -744,7 +744,9 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, int& on_mma) 
   for (const std::string_view tactic : kernels::q8_mma_tactics()) {
     Status ran = run(check, tactic, rig.y2.buffer.get());
     if (ran.is_ok()) ran = fetch(rig.y2.buffer.get(), mma);
-    if (ran.code() == StatusCode::kUnsupported) {  // a tile that does not write this output type
+    // Unsupported: a tactic that does not run this layer (kernels::q8_mma_tactic_supports: the
+    // output type, the 3x3c64 kernel's one shape) or not on this GPU (FP8 below sm_89).
+    if (ran.code() == StatusCode::kUnsupported) {
       log_debug("tactics: {}: {}: {}", step.name, tactic, ran.message());
       continue;
     }

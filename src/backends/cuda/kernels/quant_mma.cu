@@ -44,6 +44,7 @@
 // bytes: the eight 16-byte rows one ldmatrix phase reads then fall on 32 distinct banks, and every
 // 16-byte cp.async destination stays aligned.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <span>
@@ -147,8 +148,9 @@ __device__ __forceinline__ void mma_16x8x32(float (&d)[4], const uint32_t (&a)[4
 
 // The epilogue of one 16-pixel fragment row of a warp's accumulators (kWarpN channels): staged as
 // float in the warp's 16 x (kWarpN + 4) shared-memory area, then each lane finishes 16 consecutive
-// channels of one pixel with quant.h's epilogue (store_q8_output), the residual read and the bytes
-// written 16 at a time where p.vec_out allows. k_base: the lane's first channel;
+// channels of one pixel with quant.h's epilogue (q8_epilogue in registers; store_q8_output where the
+// bytes go one at a time), the residual read and the bytes written 16 at a time where p.vec_out
+// allows. k_base: the lane's first channel;
 // pixel_of(row): the output pixel (n h w index) of fragment row `row`, or -1 where there is none.
 // Accumulator e of (jn) is fragment row g + 8 (e / 2), channel jn * 8 + 2 tig + e % 2.
 template <int kWarpN, bool kFp8, typename Acc, typename Y, typename PixelOf>
@@ -492,37 +494,43 @@ Status check_fp8_device() {
   return Status::ok();
 }
 
-// Raises `kernel`'s dynamic shared-memory limit to `bytes`, once per device (`done`: bit d set once
-// device d has it; the attribute is per device context, and setting it is no stream operation, so
-// it also works while a CUDA graph is being captured). Also gives the device's SM count.
+// Per device ordinal: its SM count once a kernel's dynamic shared-memory limit is set there, 0
+// before.
+using DeviceSms = std::array<std::atomic<int>, 64>;
+
+// Raises `kernel`'s dynamic shared-memory limit to `bytes` on the current device, once per device
+// (`ready`; the attribute is per device context, and setting it is no stream operation, so it also
+// works while a CUDA graph is being captured), and gives the device's SM count.
 template <typename Kernel>
-Status allow_shared_memory(Kernel kernel, int bytes, std::atomic<uint64_t>& done, int* sms = nullptr) {
+Result<int> prepare_device(Kernel kernel, int bytes, DeviceSms& ready) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return Status::unavailable("launch_q8_mma_conv: cannot read the current device.");
   }
-  if (sms && cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+  std::atomic<int>* known = device >= 0 && device < static_cast<int>(ready.size()) ? &ready[device] : nullptr;
+  if (known)
+    if (const int sms = known->load(std::memory_order_relaxed); sms > 0) return sms;
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     (void)cudaGetLastError();
     return Status::unavailable("launch_q8_mma_conv: cannot read the device's SM count.");
   }
-  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  if (bit && (done.load(std::memory_order_relaxed) & bit)) return Status::ok();
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       e != cudaSuccess) {
     (void)cudaGetLastError();
     return Status::device_error("launch_q8_mma_conv: cannot allow " + std::to_string(bytes) +
                                 " bytes of shared memory per block: " + cudaGetErrorString(e));
   }
-  done.fetch_or(bit, std::memory_order_relaxed);
-  return Status::ok();
+  if (known) known->store(sms, std::memory_order_relaxed);
+  return sms;
 }
 
 template <typename T, bool kFp8, typename Y>
 Status launch_tile(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale, const float* bias,
                    const uint8_t* residual, Y* y, cudaStream_t stream) {
-  static std::atomic<uint64_t> done{0};
-  GPULAB_TRY(allow_shared_memory(q8_mma_conv_kernel<T, kFp8, Y>, T::kSmemBytes, done));
+  static DeviceSms ready{};
+  GPULAB_TRY(prepare_device(q8_mma_conv_kernel<T, kFp8, Y>, T::kSmemBytes, ready).status());
   p.n_tiles = (p.k + T::BN - 1) / T::BN;
   const int64_t blocks = (p.m_total + T::BM - 1) / T::BM * p.n_tiles;
   q8_mma_conv_kernel<T, kFp8, Y><<<static_cast<unsigned>(blocks), T::kThreads, T::kSmemBytes, stream>>>(
@@ -533,14 +541,14 @@ Status launch_tile(MmaParams p, const uint8_t* x, const uint8_t* w, const float*
 template <bool kFp8>
 Status launch_patch(const MmaParams& p, int64_t n, const uint8_t* x, const uint8_t* w, const float* w_scale,
                     const float* bias, const uint8_t* residual, uint8_t* y, cudaStream_t stream) {
-  static std::atomic<uint64_t> done{0};
-  int sms = 0;
-  GPULAB_TRY(allow_shared_memory(q8_conv3x3_patch_kernel<kFp8>, patch::kSmemBytes, done, &sms));
+  static DeviceSms ready{};
+  GPULAB_ASSIGN_OR_RETURN(const int sms,
+                          prepare_device(q8_conv3x3_patch_kernel<kFp8>, patch::kSmemBytes, ready));
   const int tiles_w = (p.w + patch::kTileW - 1) / patch::kTileW,
             tiles_h = (p.h + patch::kTileH - 1) / patch::kTileH;
   const int64_t tiles = n * tiles_w * tiles_h;
   // Two blocks fit an SM (92 KB of shared memory each); each walks over tiles blockIdx.x + k grid.
-  const int64_t blocks = std::min<int64_t>(tiles, 2 * static_cast<int64_t>(std::max(sms, 1)));
+  const int64_t blocks = std::min<int64_t>(tiles, 2 * static_cast<int64_t>(sms));
   q8_conv3x3_patch_kernel<kFp8>
       <<<static_cast<unsigned>(blocks), patch::kThreads, patch::kSmemBytes, stream>>>(
           p, tiles_w, tiles_h, tiles, x, w, w_scale, bias, residual, y);
@@ -553,7 +561,11 @@ std::span<const std::string_view> q8_mma_tactics() {
   return kTactics;
 }
 
-Status q8_mma_tactic_supports(std::string_view tactic, const Q8ConvDesc& d) {
+namespace {
+
+// The index of `tactic` in kTactics when that tactic runs `d`; q8_mma_tactic_supports' status
+// otherwise.
+Result<size_t> tactic_for(std::string_view tactic, const Q8ConvDesc& d) {
   GPULAB_TRY(validate_q8_mma(d));
   const auto* known = std::find(std::begin(kTactics), std::end(kTactics), tactic);
   if (known == std::end(kTactics))
@@ -568,16 +580,20 @@ Status q8_mma_tactic_supports(std::string_view tactic, const Q8ConvDesc& d) {
        d.dilation != Hw{1, 1} || d.pads != Pads{1, 1, 1, 1} || d.out_h != d.h || d.out_w != d.w))
     return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
                                " runs 3x3 convolutions of 64 channels into 64, stride 1, pads 1 only.");
-  return Status::ok();
+  return index;
+}
+
+}  // namespace
+
+Status q8_mma_tactic_supports(std::string_view tactic, const Q8ConvDesc& d) {
+  return tactic_for(tactic, d).status();
 }
 
 Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const void* x, const void* w,
                           const float* w_scale, const float* bias, const void* residual, void* y,
                           cudaStream_t stream) {
-  GPULAB_TRY(q8_mma_tactic_supports(tactic, d));
+  GPULAB_ASSIGN_OR_RETURN(const size_t index, tactic_for(tactic, d));
   GPULAB_TRY(check_q8_conv_pointers(d, w_scale, residual));
-  const size_t index =
-      static_cast<size_t>(std::find(std::begin(kTactics), std::end(kTactics), tactic) - std::begin(kTactics));
   if (!is_aligned(x, 16) || !is_aligned(w, 16))
     return Status::invalid_argument(
         "launch_q8_mma_conv: the tensor-core kernel needs x and w 16-byte aligned.");
