@@ -68,10 +68,7 @@ class CudaTarget final : public SweepTarget {
       return facts("reuse", seconds_since(start));
     }
     release();
-    BuildOptions build = options_.build;
-    build.precision = precision;
-    build.max_batch = batch;
-    build.device = options_.device;
+    BuildOptions build = build_options(precision, batch);
     int64_t& last_timed = last_timed_[precision];
     if (build.time_tactics && build.tactic_batch == 0)
       build.tactic_batch = sweep_tactic_batch(batch, last_timed, options_.timed_tactics_max_batch,
@@ -185,6 +182,16 @@ class CudaTarget final : public SweepTarget {
         stack_limit_, now, before.value_or(0) >> 20, after.value_or(0) >> 20);
   }
 
+  BuildOptions build_options(Precision precision, int64_t max_batch) const {
+    BuildOptions build = options_.build;
+    build.precision = precision;
+    build.max_batch = max_batch;
+    build.device = options_.device;
+    if (auto it = options_.bias_correction.find(precision); it != options_.bias_correction.end())
+      build.bias_correction = it->second;
+    return build;
+  }
+
   void log_memory(std::string_view after) {
     size_t stack = 0;
     cudaDeviceGetLimit(&stack, cudaLimitStackSize);
@@ -218,6 +225,16 @@ class CudaTarget final : public SweepTarget {
   Status load_gate(const std::filesystem::path& dir, int64_t max_images) {
     if (!gate_batches_.empty()) return Status::ok();
     GPULAB_ASSIGN_OR_RETURN(gate_images_, load_gate_images(dir, max_images));
+    std::erase_if(gate_images_, [&](const LabelledImage& i) {
+      std::error_code ec;
+      return options_.gate_exclude.contains(std::filesystem::weakly_canonical(i.path, ec));
+    });
+    if (gate_images_.empty())
+      return Status::invalid_argument(fmt::format(
+          "sweep: every image of the accuracy gate's folder '{}' was calibrated on; give the gate another "
+          "folder (--dataset), or calibrate on fewer of its images (--calibration-images) or elsewhere "
+          "(--calibration-data)",
+          dir.string()));
     GPULAB_ASSIGN_OR_RETURN(const Graph graph, load_onnx(options_.model_path));
     const auto input = graph.inputs.empty() ? graph.values.end() : graph.values.find(graph.inputs[0]);
     if (input == graph.values.end() || input->second.shape.rank() != 4 || input->second.shape[2] < 1)
@@ -261,10 +278,7 @@ class CudaTarget final : public SweepTarget {
   // can be far slower than the timed one.
   Result<std::vector<int64_t>> classify_all(Precision precision) {
     release();
-    BuildOptions build = options_.build;
-    build.precision = precision;
-    build.max_batch = options_.accuracy_batch;
-    build.device = options_.device;
+    const BuildOptions build = build_options(precision, options_.accuracy_batch);
     GPULAB_ASSIGN_OR_RETURN(auto engine, Engine::build_from_onnx(options_.model_path, build));
     GPULAB_ASSIGN_OR_RETURN(auto context, engine->create_context());
     std::vector<int64_t> out;

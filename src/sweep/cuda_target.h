@@ -2,8 +2,12 @@
 // only in builds with the CUDA runtime (GPULAB_WITH_CUDA).
 #pragma once
 
+#include <filesystem>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "gpulab/engine.h"
 #include "sweep/sweep.h"
@@ -12,7 +16,14 @@ namespace gpulab::sweep {
 
 struct CudaTargetOptions {
   std::string model_path;
-  BuildOptions build;  // precision, max_batch and device are set per point
+  // Precision, max_batch and device are set per point; INT8/FP8 plans take the calibrated
+  // activation_amax from here, and their precision's entry of bias_correction below.
+  BuildOptions build;
+  std::map<Precision, std::map<std::string, std::vector<float>>> bias_correction;
+  // Images the accuracy gate leaves out (those calibrated on, when the gate's folder is the
+  // calibration folder): the gate scores 8-bit plans on images their ranges were not measured on.
+  // Compared as std::filesystem::weakly_canonical paths.
+  std::set<std::filesystem::path> gate_exclude;
   int device = 0;
   int accuracy_batch = 64;  // images per inference of the accuracy gate
   bool include_transfers = false;

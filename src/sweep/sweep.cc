@@ -48,7 +48,8 @@ std::string_view point_status_name(PointStatus status) {
 
 Status validate(const SweepOptions& o) {
   if (o.precisions.empty()) {
-    return Status::invalid_argument("--precisions: empty. Give one or more of fp32, tf32, fp16, bf16.");
+    return Status::invalid_argument(
+        "--precisions: empty. Give one or more of fp32, tf32, fp16, bf16, int8, fp8.");
   }
   std::set<Precision> seen;
   for (Precision p : o.precisions) {

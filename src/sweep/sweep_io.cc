@@ -368,6 +368,38 @@ Result<AgreementResult> accuracy_from_json(const json& j, const std::string& whe
   return a;
 }
 
+json calibration_json(const SweepCalibration& c) {
+  return {{"source", c.source},
+          {"from_cache", c.from_cache},
+          {"calibrator", c.calibrator},
+          {"percentile", c.percentile},
+          {"images", c.images},
+          {"tensors", c.tensors},
+          {"seconds", c.seconds},
+          {"bias_corrected_layers", c.bias_corrected_layers},
+          {"gate_images_excluded", c.gate_images_excluded}};
+}
+
+Result<SweepCalibration> calibration_from_json(const json& j) {
+  const JsonReader r{j, "calibration"};
+  SweepCalibration c;
+  GPULAB_ASSIGN_OR_RETURN(c.source, r.text("source"));
+  GPULAB_ASSIGN_OR_RETURN(c.from_cache, r.boolean("from_cache"));
+  GPULAB_ASSIGN_OR_RETURN(c.calibrator, r.text("calibrator"));
+  GPULAB_ASSIGN_OR_RETURN(c.percentile, r.number("percentile"));
+  GPULAB_ASSIGN_OR_RETURN(c.images, r.integer("images"));
+  GPULAB_ASSIGN_OR_RETURN(c.tensors, r.integer("tensors"));
+  GPULAB_ASSIGN_OR_RETURN(c.seconds, r.number("seconds"));
+  GPULAB_ASSIGN_OR_RETURN(const json* layers, r.object("bias_corrected_layers"));
+  for (const auto& [name, count] : layers->items()) {
+    if (!count.is_number_integer())
+      return r.bad("bias_corrected_layers", "holds a count that is not an integer");
+    c.bias_corrected_layers[name] = count.get<int64_t>();
+  }
+  GPULAB_ASSIGN_OR_RETURN(c.gate_images_excluded, r.integer("gate_images_excluded"));
+  return c;
+}
+
 json options_json(const SweepOptions& o) {
   json precisions = json::array();
   for (Precision p : o.precisions) precisions.push_back(precision_name(p));
@@ -572,6 +604,7 @@ json to_json(const SweepResult& s) {
           {"ceilings", ceilings},
           {"h2d_gb_s", opt(s.h2d_gb_s)},
           {"accuracy", accuracy},
+          {"calibration", s.calibration ? calibration_json(*s.calibration) : json(nullptr)},
           {"points", points},
           {"recommendations", recommendations}};
 }
@@ -617,6 +650,10 @@ Result<SweepResult> sweep_from_json(const json& doc) {
   GPULAB_ASSIGN_OR_RETURN(const json* accuracy, r.object("accuracy"));
   for (const auto& [name, a] : accuracy->items()) {
     GPULAB_ASSIGN_OR_RETURN(s.accuracy[name], accuracy_from_json(a, "accuracy." + name));
+  }
+  GPULAB_ASSIGN_OR_RETURN(const json* calibration, r.optional_object("calibration"));
+  if (calibration) {
+    GPULAB_ASSIGN_OR_RETURN(s.calibration, calibration_from_json(*calibration));
   }
   GPULAB_ASSIGN_OR_RETURN(const json* points, r.array("points"));
   for (size_t i = 0; i < points->size(); ++i) {
@@ -744,6 +781,21 @@ std::string at_limit(const std::optional<double>& power_limit_w) {
 
 }  // namespace
 
+std::string calibration_note(const SweepCalibration& c) {
+  std::string out = fmt::format("8-bit ranges: {}", c.calibrator);
+  if (c.calibrator == "percentile") out += fmt::format(" {:g}", c.percentile);
+  out += fmt::format(" of {} activations, {} images", c.tensors, c.images);
+  out += c.from_cache ? fmt::format(", from the calibration cache {}", c.source)
+                      : fmt::format(" of {} calibrated on the CPU", c.source);
+  for (const auto& [precision, layers] : c.bias_corrected_layers)
+    out += fmt::format("; {} bias correction on {} layer{}", precision, layers, layers == 1 ? "" : "s");
+  if (c.seconds > 0) out += fmt::format(" ({:.1f} s, before the sweep's time)", c.seconds);
+  if (c.gate_images_excluded > 0)
+    out += fmt::format("; every precision's accuracy gate leaves out the {} images calibrated on",
+                       c.gate_images_excluded);
+  return out;
+}
+
 std::string format_sweep(const SweepResult& s) {
   std::string out;
   const SweepEnvironment& e = s.environment;
@@ -761,6 +813,7 @@ std::string format_sweep(const SweepResult& s) {
       "timed windows {:.1f} s + the rest {:.1f} s (warm-ups, contexts, out-of-memory attempts, ceilings)\n\n",
       s.seconds, t.builds, t.plans, t.plans == 1 ? "" : "s", timed_builds_note(t), t.gates, t.windows,
       t.rest);
+  if (s.calibration) out.insert(out.size() - 1, calibration_note(*s.calibration) + "\n");
   const bool limits = !s.options.power_limits_w.empty();
   out += fmt::format("{:<5} {:>6} {}{:<7} {:>9} {:>9} {:>11} {:>6} {:>12} {:>11} {:>8} {:>7}  {}\n", "prec",
                      "batch", limits ? fmt::format("{:>6} ", "limit") : "", "status", "p50", "p99", "img/s",

@@ -4,12 +4,15 @@
 // limit restore and SIGINT/SIGTERM, writes the JSON/CSV after every point and shows progress.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,7 +20,9 @@
 #include <fmt/format.h>
 
 #include "build_flags.h"
+#include "calibration_flags.h"
 #include "cli.h"
+#include "core/elapsed.h"
 #include "core/file_io.h"
 #include "core/interrupt.h"
 #include "core/log.h"
@@ -32,6 +37,11 @@
 #include "sweep/sweep.h"
 #include "telemetry/telemetry.h"
 #include "telemetry/topology.h"
+#ifdef GPULAB_HAVE_RUNTIME
+#include "measure/engine_bench.h"
+#include "onnx/onnx_import.h"
+#include "passes/passes.h"
+#endif
 
 namespace gpulab::cli {
 namespace {
@@ -80,6 +90,7 @@ struct SweepFlags {
   std::string gpus;  // --gpus: "" (one GPU: --device), "all", "0,2"
   bool allow_power_limit_change = false;
   BuildFlags build;
+  CalibrationFlags calibration;  // INT8/FP8 precisions
   std::string command_line;
 };
 
@@ -128,7 +139,9 @@ Status check_flags(SweepFlags& f) {
     auto p = parse_precision(item);
     if (!p.is_ok()) {
       return Status::invalid_argument(fmt::format(
-          "--precisions: '{}' is not a precision. Give a list of fp32 (TF32 off), tf32, fp16, bf16.", item));
+          "--precisions: '{}' is not a precision. Give a list of fp32 (TF32 off), tf32, fp16, bf16, int8, "
+          "fp8 (sm_89+).",
+          item));
     }
     o.precisions.push_back(*p);
   }
@@ -193,8 +206,95 @@ Status check_flags(SweepFlags& f) {
   }
   GPULAB_ASSIGN_OR_RETURN(const BuildOptions build, build_options_from(f.build));
   (void)build;
+  // INT8/FP8 plans need activation ranges: a calibration cache made for the model, or images to
+  // calibrate on (--calibration-data, else the accuracy gate's --dataset). A simulation needs none.
+  const bool quantized = std::any_of(o.precisions.begin(), o.precisions.end(), is_quantized);
+  if (quantized && f.simulate.empty()) {
+    std::error_code ec;
+    const bool cache = !f.calibration.cache.empty() && std::filesystem::exists(f.calibration.cache, ec);
+    if (!cache && f.calibration.data.empty() && o.dataset_dir.empty()) {
+      return Status::invalid_argument(
+          "--precisions: int8 and fp8 plans need activation ranges. Give --calibration-data DIR (a few "
+          "hundred images like the model's inputs), --calibration-cache FILE made for this model, or "
+          "--dataset DIR (the accuracy gate's folder, calibrated on then).");
+    }
+    if (!f.calibration.data.empty() && !std::filesystem::is_directory(f.calibration.data, ec)) {
+      return Status::not_found(fmt::format(
+          "--calibration-data: '{}' is not a folder. Give a folder of images like the model's inputs.",
+          f.calibration.data));
+    }
+  }
   return Status::ok();
 }
+
+#ifdef GPULAB_HAVE_RUNTIME
+// What an INT8/FP8 sweep's CUDA targets take besides the build options: each 8-bit precision's
+// bias corrections, and the images the accuracy gate leaves out because they were calibrated on.
+struct SweepQuantization {
+  std::map<Precision, std::map<std::string, std::vector<float>>> bias_correction;
+  std::set<std::filesystem::path> gate_exclude;
+};
+
+// Activation ranges (into `build`) and bias corrections for the 8-bit precisions of the sweep, on
+// the CPU before the first point, as `gpulab build` gets them (calibration_flags.h): from the
+// calibration cache when it was made for the model, else by calibrating on --calibration-data.
+// Without that folder the accuracy gate's --dataset is calibrated on, at most half of its images,
+// and every precision's gate scores the other half: agreement measured on the images the ranges
+// came from would flatter INT8.
+Result<sweep::SweepCalibration> calibrate_for_sweep(const SweepFlags& f, BuildOptions& build,
+                                                    SweepQuantization& quantization) {
+  const sweep::SweepOptions& o = f.options;
+  CalibrationFlags flags = f.calibration;
+  std::error_code ec;
+  const bool cache = !flags.cache.empty() && std::filesystem::exists(flags.cache, ec);
+  if (!cache && flags.data.empty()) {
+    GPULAB_ASSIGN_OR_RETURN(const std::vector<std::filesystem::path> all, calibration_images(o.dataset_dir));
+    const int64_t half = std::max<int64_t>(1, static_cast<int64_t>(all.size()) / 2);
+    if (flags.images > half) {
+      log_info("sweep: calibrating on {} of the {} images of --dataset (half; the gate scores the rest)",
+               half, all.size());
+      flags.images = half;
+    }
+    flags.data = o.dataset_dir;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  GPULAB_ASSIGN_OR_RETURN(Graph graph, load_onnx(o.model_path));
+  GPULAB_TRY(run_passes(graph).with_context("optimizing '" + o.model_path + "'"));
+  GPULAB_ASSIGN_OR_RETURN(const PreprocessSpec spec, model_preprocess(graph));
+  GPULAB_ASSIGN_OR_RETURN(Calibration calibration, calibrate_model(flags, o.model_path, graph, spec, 0));
+  build.activation_amax = calibration.cache.amax;
+  sweep::SweepCalibration out{.source = calibration.from_cache ? flags.cache : flags.data,
+                              .from_cache = calibration.from_cache,
+                              .calibrator = std::string(calibrator_name(calibration.cache.calibrator)),
+                              .percentile = calibration.cache.percentile,
+                              .images = calibration.cache.images,
+                              .tensors = static_cast<int64_t>(calibration.cache.amax.size())};
+  for (Precision p : o.precisions) {
+    if (!is_quantized(p)) continue;
+    BuildOptions quantized = build;
+    quantized.precision = p;
+    GPULAB_ASSIGN_OR_RETURN(quantization.bias_correction[p],
+                            model_bias_correction(flags, calibration, graph, quantized, spec, 0));
+    out.bias_corrected_layers[std::string(precision_name(p))] =
+        static_cast<int64_t>(quantization.bias_correction[p].size());
+  }
+  out.seconds = seconds_since(start);
+  if (o.dataset_dir.empty() || calibration.images.empty()) return out;
+  for (const auto& image : calibration.images)
+    quantization.gate_exclude.insert(std::filesystem::weakly_canonical(image, ec));
+  GPULAB_ASSIGN_OR_RETURN(const auto gate, sweep::load_gate_images(o.dataset_dir, o.accuracy_images));
+  for (const LabelledImage& image : gate)
+    out.gate_images_excluded +=
+        quantization.gate_exclude.contains(std::filesystem::weakly_canonical(image.path, ec));
+  if (out.gate_images_excluded == static_cast<int64_t>(gate.size())) {
+    return Status::invalid_argument(fmt::format(
+        "sweep: every image of the accuracy gate ({} of '{}') is one the 8-bit ranges were calibrated on. "
+        "Calibrate on fewer of them (--calibration-images) or on another folder (--calibration-data).",
+        gate.size(), o.dataset_dir));
+  }
+  return out;
+}
+#endif
 
 std::string model_hash(const std::string& path) {
   auto bytes = read_file_bytes(path);
@@ -331,10 +431,19 @@ int run_sweep_command(SweepFlags f) {
       log_info("sweep: timing cache {} (removed at the end; --timing-cache keeps one)",
                build.timing_cache_path);
     }
+    SweepQuantization quantization;
+    if (std::any_of(o.precisions.begin(), o.precisions.end(), is_quantized)) {
+      // A machine without a usable GPU says so before minutes of calibration.
+      for (uint32_t d : devices) GPULAB_TRY_CLI(measure::use_cuda_device(static_cast<int>(d), "sweep"));
+      GPULAB_ASSIGN_OR_REPORT(result.calibration, calibrate_for_sweep(f, build, quantization));
+      log_info("sweep: {}", sweep::calibration_note(*result.calibration));
+    }
     for (uint32_t d : devices) {
       GPULAB_ASSIGN_OR_REPORT(auto cuda,
                               sweep::make_cuda_target({.model_path = o.model_path,
                                                        .build = build,
+                                                       .bias_correction = quantization.bias_correction,
+                                                       .gate_exclude = quantization.gate_exclude,
                                                        .device = static_cast<int>(d),
                                                        .include_transfers = o.include_transfers,
                                                        .timed_tactics_max_batch = f.timed_tactics_max_batch,
@@ -489,7 +598,9 @@ void add_sweep_command(CLI::App& app) {
   auto flags = std::make_shared<SweepFlags>();
   sweep::SweepOptions& o = flags->options;
   sub->add_option("--model", o.model_path, "ONNX model to sweep");
-  sub->add_option("--precisions", flags->precisions, "Comma-separated: fp32 (TF32 off), tf32, fp16, bf16")
+  sub->add_option("--precisions", flags->precisions,
+                  "Comma-separated: fp32 (TF32 off), tf32, fp16, bf16, int8, fp8 (sm_89+; int8 and fp8 need "
+                  "activation ranges: --calibration-data, --calibration-cache or --dataset)")
       ->capture_default_str();
   sub->add_option(
          "--batches", flags->batches,
@@ -560,6 +671,7 @@ void add_sweep_command(CLI::App& app) {
          "own). 1: time at every batch")
       ->capture_default_str();
   add_build_flags(sub, &flags->build);
+  add_calibration_flags(sub, &flags->calibration, 500);
   on_run(sub, [flags] {
     SweepFlags f = *flags;
     f.command_line = process_command_line();

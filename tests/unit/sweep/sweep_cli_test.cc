@@ -96,6 +96,7 @@ TEST_F(SweepCli, SimulatedSweepWritesJsonCsvAndTheTable) {
 
 TEST_F(SweepCli, BadInputGetsAClearMessageAndExitCode) {
   const std::string sim = "sweep --simulate '" + scenario().string() + "' --telemetry none ";
+  const std::string mobilenet = std::string(GPULAB_SOURCE_DIR) + "/models/mobilenet_v2_1.0_224.onnx";
   const struct {
     std::string args;
     int exit_code;
@@ -115,6 +116,11 @@ TEST_F(SweepCli, BadInputGetsAClearMessageAndExitCode) {
       {"sweep", 2, "sweep: no model"},
       {"sweep --model /nonexistent.onnx", 3, "--model: '/nonexistent.onnx' is not a file"},
       {"sweep --simulate /nonexistent.json", 3, "--simulate: '/nonexistent.json' is not a file"},
+      // 8-bit plans need activation ranges, from somewhere that exists (a simulation needs none).
+      {"sweep --model '" + mobilenet + "' --precisions fp16,int8 --telemetry none", 2,
+       "int8 and fp8 plans need activation ranges"},
+      {"sweep --model '" + mobilenet + "' --precisions fp8 --calibration-data /nonexistent/photos", 3,
+       "--calibration-data: '/nonexistent/photos' is not a folder"},
   };
   for (const auto& c : cases) {
     const CliRun r = run_gpulab(c.args);
@@ -127,6 +133,24 @@ TEST_F(SweepCli, BadInputGetsAClearMessageAndExitCode) {
   const CliRun r = run_gpulab("sweep --telemetry none --simulate '" + bad.string() + "'");
   EXPECT_EQ(r.exit_code, 4) << r.output;
   EXPECT_NE(r.err.find("precisions.fp16.launch_ms has the wrong type"), std::string::npos) << r.err;
+}
+
+TEST_F(SweepCli, ASimulatedInt8SweepNeedsNoCalibration) {
+  json doc = read_json(scenario());
+  doc["precisions"]["int8"] = {
+      {"launch_ms", 0.05}, {"per_image_ms", 0.004}, {"weights_mib", 10}, {"mib_per_image", 5}};
+  const fs::path out = dir_ / "sweep.json";
+  const CliRun r = run_gpulab("sweep --simulate '" + write("int8.json", doc).string() +
+                              "' --precisions fp16,int8 --min-duration-s 0.05 --warmup-ms 0 --telemetry none "
+                              "--json '" +
+                              out.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json result = read_json(out);
+  EXPECT_EQ(result["options"]["precisions"], json({"fp16", "int8"}));
+  EXPECT_TRUE(result["calibration"].is_null());
+  // int8 holds twice as many images as fp16 in the simulated memory: (300 - 100 - 10) / 5 = 38.
+  EXPECT_EQ(result["recommendations"][1]["precision"], "int8");
+  EXPECT_EQ(result["recommendations"][1]["largest_fitting_batch"], 38) << result["recommendations"].dump(2);
 }
 
 TEST_F(SweepCli, AModelNeedsTheGpuRuntime) {

@@ -484,6 +484,42 @@ TEST(SweepJson, RoundTripsEveryPointField) {
   EXPECT_FALSE(p["metrics"]["h2d_ms"].is_null());  // with transfers
 }
 
+TEST(SweepJson, KeepsWhereAnInt8SweepsRangesCameFrom) {
+  SimulatedTarget target(scenario(), "sim");
+  SweepRun r = run(options(), target);
+  EXPECT_TRUE(to_json(r.result)["calibration"].is_null());  // no 8-bit precision
+  r.result.calibration = SweepCalibration{.source = "/data/photos",
+                                          .calibrator = "percentile",
+                                          .percentile = 99.99,
+                                          .images = 500,
+                                          .tensors = 62,
+                                          .seconds = 41.25,
+                                          .bias_corrected_layers = {{"int8", 21}, {"fp8", 0}},
+                                          .gate_images_excluded = 500};
+  const nlohmann::json doc = to_json(r.result);
+  EXPECT_EQ(doc["calibration"]["bias_corrected_layers"]["int8"], 21);
+  auto back = sweep_from_json(doc);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_TRUE(back->calibration.has_value());
+  EXPECT_EQ(to_json(*back)["calibration"], doc["calibration"]);
+  EXPECT_NE(
+      format_sweep(r.result).find(
+          "8-bit ranges: percentile 99.99 of 62 activations, 500 images of /data/photos calibrated on the "
+          "CPU; fp8 bias correction on 0 layers; int8 bias correction on 21 layers (41.2 s, before the "
+          "sweep's time); every precision's accuracy gate leaves out the 500 images calibrated on"),
+      std::string::npos)
+      << format_sweep(r.result);
+  nlohmann::json bad = doc;
+  bad["calibration"]["images"] = "many";
+  EXPECT_NE(sweep_from_json(bad).status().message().find("calibration.images"), std::string::npos)
+      << sweep_from_json(bad).status().message();
+  bad = doc;
+  bad["calibration"]["bias_corrected_layers"]["int8"] = 2.5;
+  EXPECT_NE(sweep_from_json(bad).status().message().find("calibration.bias_corrected_layers"),
+            std::string::npos)
+      << sweep_from_json(bad).status().message();
+}
+
 TEST(SweepJson, RefusesMalformedDocumentsByName) {
   SimulatedTarget target(scenario(), "sim");
   const SweepRun r = run(options(), target);
