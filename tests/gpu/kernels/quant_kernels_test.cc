@@ -131,7 +131,24 @@ std::vector<ConvCase> conv_cases(DataType q) {
   dw.out_h = 5;
   dw.out_w = 4;
   dw.activation = Activation::kClip;
-  cases.push_back({"depthwise 3x3/2 clip (4 channels per thread)", dw});
+  cases.push_back({"depthwise 3x3/2 clip (INT8: 16 channels x 2 pixels per thread)", dw});
+  Q8ConvDesc dw1 = dw;  // stride 1, 13 columns: a row block of 4 pixels with one left over
+  dw1.k = dw1.c = dw1.groups = 48;
+  dw1.w = 13;
+  dw1.stride = {1, 1};
+  dw1.out_h = 9;
+  dw1.out_w = 13;
+  cases.push_back({"depthwise 3x3/1 c 48, 13 wide (INT8: 16 channels x 4 pixels per thread)", dw1});
+  Q8ConvDesc dw1_res = dw1;
+  dw1_res.has_residual = true;
+  dw1_res.residual_scale = 0.04f;
+  dw1_res.activation = Activation::kRelu;
+  cases.push_back({"depthwise 3x3/1 c 48, residual", dw1_res});
+  Q8ConvDesc dw_asym = dw;  // TensorFlow's SAME padding at stride 2: nothing on the top and left
+  dw_asym.pads = {0, 0, 1, 1};
+  dw_asym.out_h = 4;
+  dw_asym.out_w = 3;
+  cases.push_back({"depthwise 3x3/2, pads only bottom and right", dw_asym});
   Q8ConvDesc dw6 = dw;
   dw6.k = dw6.c = dw6.groups = 6;  // not a multiple of 4: one channel per thread
   dw6.has_residual = true;

@@ -8,7 +8,8 @@
 // convolution is quant_mma.cu. The input conversion and the max pool have a second kernel for
 // 16-channel multiples that moves 16-byte vectors, depthwise convolutions one for 4 channels per
 // thread (ResNet-18's INT8 plan at batch 256 spent 22% of its time in the one-byte-per-thread max
-// pool, 2026-12-06 at 5b3cf93).
+// pool, 2026-12-06 at 5b3cf93), and INT8 depthwise 3x3 convolutions one for 16 channels of 2-4
+// output pixels per thread on __dp4a (MobileNetV2's).
 // Tolerance: bit for bit with the plan interpreter (src/plan/interpret.cc): the integer sums are
 // exact, E4M3 sums run in the interpreter's order where it is defined (pixel order in the global
 // pool), and every float step of the epilogue is an explicitly rounded intrinsic in quant.h's
@@ -232,6 +233,132 @@ __global__ void q8_depthwise4_kernel(ConvParams p, const uint8_t* x, const uint8
   }
 }
 
+// Depthwise 3x3 INT8 convolutions with an INT8 output (groups == c == k, c a multiple of 16,
+// dilation 1, the same stride kStride along both axes; x, y and the residual 16-byte aligned):
+// each thread computes 16 channels of kPixels neighbouring output pixels of one row, so one
+// 16-byte load brings 16 channels of an input pixel and each loaded column serves every output of
+// the row whose window holds it. The sums run on __dp4a: for a channel, one window row's three
+// taps are packed into one word with a fourth byte that the weight's zero fourth byte cancels;
+// four neighbouring columns' words of four channels are transposed to per-channel words with
+// eight byte permutes. The block's weights sit in shared memory as such words, [row][channel].
+// The integer sums are exact in any order, and q8_epilogue ends each channel as in
+// q8_conv_kernel: the same bytes as launch_q8_conv's other kernels. The 4-channel kernel above
+// (its one-byte weight loads, 64-bit index arithmetic and byte stores per channel) held
+// MobileNetV2's INT8 plan at 12.3 ms at batch 256 on the H100, 2.7x its FP16 plan, with its 17
+// depthwise layers three quarters of that (bench/results/2026-12-06-4feb628).
+constexpr int kDepthwiseThreads = 128;
+constexpr int64_t kMaxDepthwise3x3Channels = 4096;  // 48 KiB of weight words: the default shared-memory limit
+
+// Byte-transposes words a, b, c, d (bytes a0..a3, ...) so that out[j] = (a_j, b_j, c_j, d_j).
+__device__ __forceinline__ void transpose_bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d,
+                                                uint32_t (&out)[4]) {
+  const uint32_t ab01 = __byte_perm(a, b, 0x5140), cd01 = __byte_perm(c, d, 0x5140);  // a0 b0 a1 b1
+  const uint32_t ab23 = __byte_perm(a, b, 0x7362), cd23 = __byte_perm(c, d, 0x7362);  // a2 b2 a3 b3
+  out[0] = __byte_perm(ab01, cd01, 0x5410);
+  out[1] = __byte_perm(ab01, cd01, 0x7632);
+  out[2] = __byte_perm(ab23, cd23, 0x5410);
+  out[3] = __byte_perm(ab23, cd23, 0x7632);
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int q) {
+  return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+}
+
+template <int kStride, int kPixels>
+__global__ void __launch_bounds__(kDepthwiseThreads)
+    q8_depthwise3x3_kernel(ConvParams p, const uint4* x, const uint8_t* w, const float* w_scale,
+                           const float* bias, const uint4* residual, uint4* y, int64_t items) {
+  extern __shared__ uint32_t taps[];  // [3][c]: channel ch's weights of window row r, bytes 0-2
+  const Q8ConvDesc& d = p.d;
+  const auto c = static_cast<int>(d.c);
+  for (int i = threadIdx.x; i < 3 * c; i += blockDim.x) {
+    const int r = i / c, ch = i % c;
+    const uint8_t* t = w + ch * 9 + r * 3;
+    taps[i] =
+        static_cast<uint32_t>(t[0]) | static_cast<uint32_t>(t[1]) << 8 | static_cast<uint32_t>(t[2]) << 16;
+  }
+  __syncthreads();
+  const int vectors = c / 16;
+  const int64_t row_blocks = (d.out_w + kPixels - 1) / kPixels;
+  constexpr int kSpan = (kPixels - 1) * kStride + 3;  // input columns under the kPixels windows
+  const ActParams act{d.activation, d.clip_min, d.clip_max};
+  for (int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; item < items;
+       item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const auto [n, oh, ob, cv] = nhwc_at(item, d.out_h, row_blocks, vectors);
+    const int k0 = static_cast<int>(cv) * 16;
+    const int64_t ow0 = ob * kPixels, iw0 = ow0 * kStride - d.pads.left;
+    int32_t acc[kPixels][16];
+#pragma unroll
+    for (int t = 0; t < kPixels; ++t)
+#pragma unroll
+      for (int j = 0; j < 16; ++j) acc[t][j] = 0;
+#pragma unroll
+    for (int r = 0; r < 3; ++r) {
+      const int64_t ih = oh * kStride - d.pads.top + r;
+      if (ih < 0 || ih >= d.h) continue;
+      const uint4* row = x + (n * d.h + ih) * d.w * vectors + cv;
+      uint4 col[kSpan + 1];  // zeros outside the image: they add nothing to an integer sum
+#pragma unroll
+      for (int j = 0; j < kSpan; ++j) {
+        const int64_t iw = iw0 + j;
+        col[j] = iw >= 0 && iw < d.w ? row[iw * vectors] : make_uint4(0, 0, 0, 0);
+      }
+      col[kSpan] = col[kSpan - 1];  // the fourth byte of the last window's words: times weight 0
+      uint32_t wr[16];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint4 v = *reinterpret_cast<const uint4*>(taps + r * c + k0 + 4 * q);
+        wr[4 * q] = v.x;
+        wr[4 * q + 1] = v.y;
+        wr[4 * q + 2] = v.z;
+        wr[4 * q + 3] = v.w;
+      }
+#pragma unroll
+      for (int t = 0; t < kPixels; ++t) {
+        const int j0 = t * kStride;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          uint32_t packed[4];
+          transpose_bytes(word_of(col[j0], q), word_of(col[j0 + 1], q), word_of(col[j0 + 2], q),
+                          word_of(col[j0 + 3], q), packed);
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc[t][4 * q + e] =
+                __dp4a(static_cast<int>(packed[e]), static_cast<int>(wr[4 * q + e]), acc[t][4 * q + e]);
+        }
+      }
+    }
+    float ws[16], bs[16];
+#pragma unroll
+    for (int j = 0; j < 16; j += 4) {
+      const float4 sv = *reinterpret_cast<const float4*>(w_scale + k0 + j);
+      const float4 bv = bias ? *reinterpret_cast<const float4*>(bias + k0 + j) : make_float4(0, 0, 0, 0);
+      ws[j] = sv.x, ws[j + 1] = sv.y, ws[j + 2] = sv.z, ws[j + 3] = sv.w;
+      bs[j] = bv.x, bs[j + 1] = bv.y, bs[j + 2] = bv.z, bs[j + 3] = bv.w;
+    }
+#pragma unroll
+    for (int t = 0; t < kPixels; ++t) {
+      if (ow0 + t >= d.out_w) break;
+      const int64_t o = ((n * d.out_h + oh) * d.out_w + ow0 + t) * vectors + cv;  // in 16-byte vectors
+      const uint4 res = residual ? residual[o] : make_uint4(0, 0, 0, 0);
+      uint32_t out[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t packed = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const auto rb = static_cast<uint8_t>(word_of(res, q) >> (8 * e));
+          const float v = q8_epilogue<false>(__int2float_rn(acc[t][4 * q + e]), d.x_scale, ws[4 * q + e],
+                                             bs[4 * q + e], residual != nullptr, rb, d.residual_scale, act);
+          packed |= static_cast<uint32_t>(static_cast<uint8_t>(quantize_int8(v, p.inv_y))) << (8 * e);
+        }
+        out[q] = packed;
+      }
+      y[o] = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+  }
+}
+
 template <bool kFp8>
 __global__ void q8_max_pool_kernel(const uint8_t* x, uint8_t* y, PoolDesc d, int64_t total) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -382,6 +509,24 @@ Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, cons
                     is_aligned(w, 4);
   const bool depthwise4 = desc.groups == desc.c && desc.k == desc.c && desc.c % 4 == 0 && is_aligned(x, 4) &&
                           (residual == nullptr || is_aligned(residual, 4));
+  const bool depthwise3x3 =
+      depthwise4 && desc.x_dtype == DataType::kInt8 && desc.y_dtype == DataType::kInt8 && desc.c % 16 == 0 &&
+      desc.c <= kMaxDepthwise3x3Channels && desc.r == 3 && desc.s == 3 && desc.dilation.h == 1 &&
+      desc.dilation.w == 1 && desc.stride.h == desc.stride.w && (desc.stride.h == 1 || desc.stride.h == 2) &&
+      is_aligned(x, 16) && is_aligned(y, 16) && (residual == nullptr || is_aligned(residual, 16)) &&
+      is_aligned(w_scale, 16) && (bias == nullptr || is_aligned(bias, 16));
+  if (depthwise3x3) {
+    // Stride 2 takes two pixels per thread: four would hold 10 input columns beside 64 sums.
+    const auto launch = [&](auto kernel, int pixels) {
+      const int64_t items = desc.n * desc.out_h * ((desc.out_w + pixels - 1) / pixels) * (desc.c / 16);
+      kernel<<<grid_for(items, kDepthwiseThreads), kDepthwiseThreads, 3 * desc.c * sizeof(uint32_t),
+               stream>>>(p, static_cast<const uint4*>(x), static_cast<const uint8_t*>(w), w_scale, bias,
+                         static_cast<const uint4*>(residual), static_cast<uint4*>(y), items);
+      return check_launch("launch_q8_conv", "q8_depthwise3x3_kernel");
+    };
+    return desc.stride.h == 1 ? launch(q8_depthwise3x3_kernel<1, 4>, 4)
+                              : launch(q8_depthwise3x3_kernel<2, 2>, 2);
+  }
   const auto* xb = static_cast<const uint8_t*>(x);
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* rb = static_cast<const uint8_t*>(residual);

@@ -21,8 +21,10 @@ Status launch_quantize_input(const QuantizeInputDesc& desc, const float* x, void
 Status launch_quant_cast(const QuantCastDesc& desc, const void* x, void* y, cudaStream_t stream);
 
 // One thread per output element; int8 sums four channels at a time with __dp4a where c / groups,
-// c and the pointers allow it (sm_61 and newer), E4M3 converts each operand to float. The result
-// equals the plan interpreter's bit for bit (quant.h).
+// c and the pointers allow it (sm_61 and newer), E4M3 converts each operand to float. Depthwise
+// layers run 4 channels per thread (c a multiple of 4), and INT8 3x3 ones into INT8 outputs at
+// stride 1 or 2 (c a multiple of 16, 16-byte aligned tensors, scales and bias) 16 channels of 2-4
+// output pixels per thread on __dp4a. The result equals the plan interpreter's bit for bit (quant.h).
 Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, const float* w_scale,
                       const float* bias, const void* residual, void* y, cudaStream_t stream);
 
