@@ -143,7 +143,7 @@ TEST(QuantizedEngine, MobileNetV2OnPhotosMatchesTheInterpreter) {
   ASSERT_TRUE(input.is_ok());
   for (Precision p : {Precision::kInt8, Precision::kFp8}) {
     SCOPED_TRACE(precision_name(p));
-    // Every Conv and Gemm with a multiple of 16 input channels and groups 1: the 1x1 expand and
+    // Every Conv and Gemm with a multiple of 8 input channels and groups 1: the 1x1 expand and
     // project layers and the classifier, all but the stem and the depthwise layers.
     check_precision_runs(p, *graph, amax, *input, /*min_mma_layers=*/30);
   }

@@ -51,8 +51,11 @@ TEST(QuantDesc, TensorCoreConvolutionRules) {
   EXPECT_EQ(validate_q8_mma(depthwise).code(), StatusCode::kUnsupported);
   EXPECT_NE(validate_q8_mma(depthwise).message().find("groups 1"), std::string::npos);
   Q8ConvDesc channels = conv();
-  channels.c = 24;
+  channels.c = 24;  // a multiple of 8: each tap's last 16-byte chunk half zeros
+  EXPECT_TRUE(validate_q8_mma(channels).is_ok());
+  channels.c = 20;
   EXPECT_EQ(validate_q8_mma(channels).code(), StatusCode::kUnsupported);
+  EXPECT_NE(validate_q8_mma(channels).message().find("a multiple of 8 input channels"), std::string::npos);
   Q8ConvDesc wide = conv();
   wide.h = wide.w = wide.out_h = wide.out_w = 1 << 14;
   wide.c = 16;

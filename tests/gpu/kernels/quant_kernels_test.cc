@@ -190,8 +190,9 @@ std::vector<ConvCase> conv_cases(DataType q) {
   return cases;
 }
 
-// Shapes the tensor-core kernel runs (c a multiple of 16, groups 1): partial tiles of 128 pixels and
-// 64 channels, a reduction that ends inside a 64-byte stage, strides, dilation and padding.
+// Shapes the tensor-core kernel runs (c a multiple of 8, groups 1): partial tiles of 128 pixels and
+// 64 channels, a reduction that ends inside a 64-byte stage, taps that end in half a 16-byte chunk,
+// strides, dilation and padding.
 std::vector<ConvCase> mma_conv_cases(DataType q) {
   std::vector<ConvCase> cases;
   for (const ConvCase& c : conv_cases(q))
@@ -224,6 +225,15 @@ std::vector<ConvCase> mma_conv_cases(DataType q) {
   project.residual_scale = 0.05f;
   project.activation = Activation::kClip;
   cases.push_back({"1x1, c 144 (a stage and a quarter), residual, clip", project});
+  Q8ConvDesc expand = project;  // MobileNetV2's expand after a 24-channel layer: half-chunks of K
+  expand.c = 24;
+  expand.k = 144;
+  expand.has_residual = false;
+  cases.push_back({"1x1, c 24 into 144 (8-byte rows), clip", expand});
+  Q8ConvDesc odd_taps = big;  // 3x3 over 40 channels: every tap ends in a half chunk
+  odd_taps.c = 40;
+  odd_taps.k = 24;
+  cases.push_back({"3x3/2, c 40 (8-byte rows), k 24", odd_taps});
   Q8ConvDesc dilated = big;
   dilated.c = 16;
   dilated.k = 16;

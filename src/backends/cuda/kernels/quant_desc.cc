@@ -82,7 +82,7 @@ Status validate_q8_mma(const Q8ConvDesc& d) {
                     why, d.c, d.k, d.groups, d.out_h, d.out_w));
   };
   if (d.groups != 1) return no("groups 1 only (depthwise layers run on the direct kernel)");
-  if (d.c % 16 != 0) return no("a multiple of 16 input channels only");
+  if (d.c % 8 != 0) return no("a multiple of 8 input channels only");
   constexpr int64_t kMax = INT_MAX;
   const int64_t pixels = d.n * d.out_h * d.out_w;
   if (d.h * d.w * d.c > kMax || d.r * d.s * d.c > kMax || d.k > kMax ||

@@ -64,8 +64,9 @@ struct Q8ConvDesc {
 Status validate(const Q8ConvDesc& desc);
 
 // What the tensor-core kernel (launch_q8_mma_conv) runs, beyond validate(): groups 1 (depthwise and
-// grouped layers stay on the direct kernel), c a multiple of 16 (one 16-byte chunk of the reduction
-// never spans two taps), and every index within int32. Unsupported, with the reason, otherwise.
+// grouped layers stay on the direct kernel), c a multiple of 8 (a 16-byte chunk of the reduction
+// never spans two taps: a tap's last chunk of c % 16 == 8 channels is zero-padded), and every index
+// within int32. Unsupported, with the reason, otherwise.
 Status validate_q8_mma(const Q8ConvDesc& desc);
 
 // Max pooling of 8-bit values (exact: the output keeps the input's scale). PoolDesc's fields, kind

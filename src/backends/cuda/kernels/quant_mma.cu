@@ -2,9 +2,13 @@
 // 8-bit operands, with quant.h's epilogue fused.
 //
 // The GEMM: M = the output pixels (n, oh, ow), N = the output channels, K = the weights' r * s * c
-// bytes in KRSC order. One 16-byte chunk of K lies inside one tap (c is a multiple of 16), so the
-// activation row of pixel m at chunk q is x[n, ih, iw, c0 .. c0 + 15] of tap q / (c / 16): no
-// im2col buffer, and no K padding up to a tile (the last chunks past r * s * c are zero-filled).
+// bytes in KRSC order. One 16-byte chunk of K lies inside one tap, so the activation row of pixel m
+// at chunk q is x[n, ih, iw, c0 .. c0 + 15] of tap q / ceil(c / 16): no im2col buffer, and no K
+// padding up to a tile (the last chunks past the reduction are zero-filled). c is a multiple of 8:
+// where it is not one of 16 (MobileNetV2's 24-channel layers), each tap's last chunk holds its 8
+// remaining channels and 8 zero bytes in both operands, and the rows, only 8-byte aligned then, are
+// copied 8 bytes at a time. MobileNetV2's two 1x1 convolutions of 24 channels into 144 took 1.66 ms
+// each on the direct kernel at batch 256 on the H100, a quarter of its INT8 plan (4feb628).
 // K moves in stages of 64 bytes through a cp.async pipeline (zero fill outside the image); each
 // stage is two m16n8k32 steps per fragment: INT8 sums in int32 (s8 x s8), E4M3 in float32 (sm_89
 // and newer). Operands reach the registers through ldmatrix (one instruction per 16 x 32-byte A
@@ -97,7 +101,9 @@ struct MmaParams {
   int stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
   int64_t m_total;  // n * out_h * out_w
   int k_total;      // r * s * c: bytes of one weight row
-  int c_chunks;     // c / 16
+  int c_chunks;     // 16-byte chunks of K per tap: c / 16, rounded up
+  int k_chunks;     // r * s * c_chunks: chunks of the reduction, the last of each tap zero-padded
+  bool c_half;      // c % 16 == 8: rows of x and w are 8-byte aligned only, copied 8 bytes at a time
   int n_tiles;      // thread-block tiles across the output channels
   bool vec_out;     // 16 output channels of a pixel are one aligned 16-byte store (8-bit y, k % 16 == 0)
   float x_scale, residual_scale, inv_y;
@@ -108,6 +114,23 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* src, bool
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
   const int bytes = fill ? 16 : 0;  // 0: the 16 bytes are zeroed, nothing is read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+// 8 bytes: `fill` false zeroes them (nothing is read). For rows that are only 8-byte aligned.
+__device__ __forceinline__ void cp_async8(void* smem_dst, const void* src, bool fill) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  const int bytes = fill ? 8 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+// The 16-byte chunk at `src` of which the first `valid` bytes (16 or 8) exist, zeros after them:
+// one 16-byte copy, or with c_half two 8-byte ones.
+__device__ __forceinline__ void copy_chunk(void* smem_dst, const uint8_t* src, bool fill, bool full,
+                                           bool c_half) {
+  if (!c_half) {
+    cp_async16(smem_dst, src, fill);
+    return;
+  }
+  cp_async8(smem_dst, src, fill);
+  cp_async8(static_cast<uint8_t*>(smem_dst) + 8, src + 8, fill && full);
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -271,21 +294,23 @@ __global__ void __launch_bounds__(T::kThreads)
     uint8_t* sa = smem + buf * T::kStageBytes;
     uint8_t* sb = sa + T::kABytes;
     const int q = kt * (kBK / 16) + j;  // this thread's 16-byte chunk of K
-    const bool q_ok = q * 16 < p.k_total;
+    const bool q_ok = q < p.k_chunks;
     const int tap = q_ok ? q / p.c_chunks : 0;
     const int c0 = (q - tap * p.c_chunks) * 16;
+    const bool full = c0 + 16 <= p.c;  // else the tap's last 8 channels (c_half), zeros after them
     const int r = tap / p.s, s = tap - r * p.s;
 #pragma unroll
     for (int i = 0; i < T::kAIters; ++i) {
       const int ih = a_ih[i] + r * p.dil_h, iw = a_iw[i] + s * p.dil_w;
       const bool inside = q_ok && a_ok[i] && ih >= 0 && ih < p.h && iw >= 0 && iw < p.w;
       const uint8_t* src = inside ? a_img[i] + (static_cast<int64_t>(ih) * p.w + iw) * p.c + c0 : x;
-      cp_async16(sa + (row0 + T::kRowStep * i) * kRowBytes + j * 16, src, inside);
+      copy_chunk(sa + (row0 + T::kRowStep * i) * kRowBytes + j * 16, src, inside, full, p.c_half);
     }
 #pragma unroll
     for (int i = 0; i < T::kBIters; ++i) {
       const bool ok = q_ok && b_ok[i];
-      cp_async16(sb + (row0 + T::kRowStep * i) * kRowBytes + j * 16, ok ? b_row[i] + q * 16 : w, ok);
+      copy_chunk(sb + (row0 + T::kRowStep * i) * kRowBytes + j * 16, ok ? b_row[i] + tap * p.c + c0 : w, ok,
+                 full, p.c_half);
     }
   };
 
@@ -304,7 +329,7 @@ __global__ void __launch_bounds__(T::kThreads)
   const int a_lane = (wm * T::kWarpM + (lane & 15)) * kRowBytes + (lane >> 4) * 16;
   const int b_lane = (wn * T::kWarpN + (lane & 7) + ((lane >> 4) << 3)) * kRowBytes + ((lane >> 3) & 1) * 16;
 
-  const int kt_total = (p.k_total + kBK - 1) / kBK;
+  const int kt_total = (p.k_chunks * 16 + kBK - 1) / kBK;
 #pragma unroll
   for (int st = 0; st < T::kStages - 1; ++st) {
     if (st < kt_total) load_stage(st, st);
@@ -615,7 +640,9 @@ Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const vo
   p.pad_left = static_cast<int>(d.pads.left);
   p.m_total = d.n * d.out_h * d.out_w;
   p.k_total = static_cast<int>(d.r * d.s * d.c);
-  p.c_chunks = static_cast<int>(d.c / 16);
+  p.c_chunks = static_cast<int>((d.c + 15) / 16);
+  p.k_chunks = static_cast<int>(d.r * d.s) * p.c_chunks;
+  p.c_half = d.c % 16 != 0;
   p.vec_out = is_kernel_8bit_type(d.y_dtype) && d.k % 16 == 0 && is_aligned(y, 16) &&
               (!residual || is_aligned(residual, 16));
   p.x_scale = d.x_scale;
