@@ -26,6 +26,7 @@ Status ContextImpl::launch_step(size_t i, int64_t batch, const BatchState& state
                      .value_offsets = offsets_,
                      .weights = engine_->weight_ptrs(),
                      .workspace = workspace_.get(),
+                     .workspace_bytes = static_cast<int64_t>(workspace_.bytes()),
                      .stream = stream};
   switch (step.kind) {
     case StepKind::kInput: return enqueue_input(l, input);

@@ -28,7 +28,8 @@ struct StepLaunch {
   char* arena = nullptr;                   // the context's activation arena
   std::span<const int64_t> value_offsets;  // byte offset of each plan value in the arena
   std::span<void* const> weights;          // device pointer of each plan weight
-  void* workspace = nullptr;               // shared by cuDNN and cuBLASLt
+  void* workspace = nullptr;               // shared by cuDNN, cuBLASLt and 8-bit split-K sums
+  int64_t workspace_bytes = 0;             // at least kGemmWorkspaceBytes (32 MiB)
   cudaStream_t stream = nullptr;
 
   void* value(int v) const { return arena + value_offsets[static_cast<size_t>(v)]; }

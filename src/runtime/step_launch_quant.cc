@@ -77,7 +77,8 @@ Status enqueue_q8_layer(const StepLaunch& l) {
   const auto* bias = static_cast<const float*>(l.weight(step.bias));
   if (is_q8_mma_tactic(step.tactic))
     return kernels::launch_q8_mma_conv(step.tactic, d, l.value(step.inputs[0]), l.weight(step.weight),
-                                       w_scale, bias, residual, l.value(step.output), l.stream);
+                                       w_scale, bias, residual, l.value(step.output), l.stream, l.workspace,
+                                       l.workspace_bytes);
   return kernels::launch_q8_conv(d, l.value(step.inputs[0]), l.weight(step.weight), w_scale, bias, residual,
                                  l.value(step.output), l.stream);
 }

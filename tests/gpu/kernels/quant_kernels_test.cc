@@ -269,6 +269,22 @@ std::vector<ConvCase> mma_conv_cases(DataType q) {
   layer1.has_residual = false;
   layer1.n = 3;
   cases.push_back({"3x3, c 64, k 64, 3 images of 13 x 21", layer1});
+  // ResNet-18's layer4 at batch 1: 49 pixels, 4608 bytes of K (72 stages), a few blocks: split-K
+  // with a workspace, its sums split 16 ways; with a residual, and into a float32 Gemm output.
+  Q8ConvDesc layer4{.n = 1, .h = 7, .w = 7, .c = 512, .k = 512, .r = 3, .s = 3, .out_h = 7, .out_w = 7};
+  layer4.pads = {1, 1, 1, 1};
+  layer4.x_dtype = layer4.y_dtype = q;
+  layer4.x_scale = 0.01f;
+  layer4.y_scale = q == DataType::kInt8 ? 4.0f : 0.05f;
+  layer4.has_residual = true;
+  layer4.residual_scale = 0.05f;
+  layer4.activation = Activation::kRelu;
+  cases.push_back({"3x3, c 512, k 512, 1 image of 7 x 7 (split-K), residual", layer4});
+  Q8ConvDesc head{.n = 2, .h = 1, .w = 1, .c = 512, .k = 1000, .out_h = 1, .out_w = 1};
+  head.x_dtype = q;
+  head.x_scale = 0.02f;
+  head.y_dtype = DataType::kFloat32;
+  cases.push_back({"gemm c 512 into 1000, float32 out (split-K)", head});
   return cases;
 }
 
@@ -311,44 +327,50 @@ void check_conv(DataType q, bool mma = false) {
         dbias(testing::encode(bias, DataType::kFloat32));
     const size_t out_count = want_codes.size();
     const std::vector<std::string_view> direct{""};
-    for (const std::string_view tactic : mma ? q8_mma_tactics() : std::span<const std::string_view>(direct)) {
-      SCOPED_TRACE(std::string(tactic));
-      DeviceBuffer dy(out_count * dtype_size(d.y_dtype));
-      const auto* scale = static_cast<const float*>(dscale.get());
-      const auto* b = static_cast<const float*>(dbias.get());
-      const void* r = d.has_residual ? dres.get() : nullptr;
-      const Status s = mma ? launch_q8_mma_conv(tactic, d, dx.get(), dw.get(), scale, b, r, dy.get(), nullptr)
-                           : launch_q8_conv(d, dx.get(), dw.get(), scale, b, r, dy.get(), nullptr);
-      if (mma && !q8_mma_tactic_supports(tactic, d).is_ok()) {
-        EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.to_string();
-        EXPECT_EQ(q8_mma_tactic_supports(tactic, d).code(), StatusCode::kUnsupported);
-        continue;
-      }
-      ASSERT_TRUE(s.is_ok()) << s.to_string();
-      testing::expect_synced();
-      EXPECT_TRUE(dy.tail_untouched());
-      if (d.y_dtype == d.x_dtype) {
-        const auto got = as_u8(dy.download());
-        int far = 0, off = 0;
-        for (size_t i = 0; i < out_count; ++i) {
-          const int diff = std::abs(code_rank(got[i], fp8) - code_rank(want_codes[i], fp8));
-          off += diff > 0;
-          far += diff > 1;
+    // The tensor-core tiles run each case twice: without a workspace, and with one (split-K where
+    // the case's few blocks and long K ask for it).
+    DeviceBuffer workspace(size_t{8} << 20);
+    for (const std::string_view tactic : mma ? q8_mma_tactics() : std::span<const std::string_view>(direct))
+      for (const bool split : mma ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+        SCOPED_TRACE(std::string(tactic) + (split ? " with a workspace" : ""));
+        DeviceBuffer dy(out_count * dtype_size(d.y_dtype));
+        const auto* scale = static_cast<const float*>(dscale.get());
+        const auto* b = static_cast<const float*>(dbias.get());
+        const void* r = d.has_residual ? dres.get() : nullptr;
+        const Status s =
+            mma ? launch_q8_mma_conv(tactic, d, dx.get(), dw.get(), scale, b, r, dy.get(), nullptr,
+                                     split ? workspace.get() : nullptr, split ? int64_t{8} << 20 : 0)
+                : launch_q8_conv(d, dx.get(), dw.get(), scale, b, r, dy.get(), nullptr);
+        if (mma && !q8_mma_tactic_supports(tactic, d).is_ok()) {
+          EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.to_string();
+          EXPECT_EQ(q8_mma_tactic_supports(tactic, d).code(), StatusCode::kUnsupported);
+          continue;
         }
-        if (fp8) {
-          EXPECT_EQ(far, 0) << "FP8 outputs more than one E4M3 step apart";
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        testing::expect_synced();
+        EXPECT_TRUE(dy.tail_untouched());
+        if (d.y_dtype == d.x_dtype) {
+          const auto got = as_u8(dy.download());
+          int far = 0, off = 0;
+          for (size_t i = 0; i < out_count; ++i) {
+            const int diff = std::abs(code_rank(got[i], fp8) - code_rank(want_codes[i], fp8));
+            off += diff > 0;
+            far += diff > 1;
+          }
+          if (fp8) {
+            EXPECT_EQ(far, 0) << "FP8 outputs more than one E4M3 step apart";
+          } else {
+            EXPECT_EQ(off, 0) << "INT8 outputs differ";
+          }
         } else {
-          EXPECT_EQ(off, 0) << "INT8 outputs differ";
-        }
-      } else {
-        const auto got = testing::decode(dy.download(), d.y_dtype);
-        if (fp8) {
-          testing::expect_close(got, want_values, DataType::kFloat16);
-        } else {
-          testing::expect_exact(got, want_values);
+          const auto got = testing::decode(dy.download(), d.y_dtype);
+          if (fp8) {
+            testing::expect_close(got, want_values, DataType::kFloat16);
+          } else {
+            testing::expect_exact(got, want_values);
+          }
         }
       }
-    }
   }
 }
 

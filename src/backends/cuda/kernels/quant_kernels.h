@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -39,9 +40,13 @@ Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, cons
 // E4M3 step of the interpreter like the direct kernel.
 std::span<const std::string_view> q8_mma_tactics();
 Status q8_mma_tactic_supports(std::string_view tactic, const Q8ConvDesc& desc);
+// With a workspace, an INT8 launch whose thread blocks would fill less than half the GPU (a small
+// batch) splits K over more blocks, their int32 sums in `workspace` (at most workspace_bytes), and
+// a second kernel adds them up and runs the epilogue: the same bytes (integer sums are exact in any
+// order). The 3x3c64 tactic and FP8 never split.
 Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& desc, const void* x, const void* w,
                           const float* w_scale, const float* bias, const void* residual, void* y,
-                          cudaStream_t stream);
+                          cudaStream_t stream, void* workspace = nullptr, int64_t workspace_bytes = 0);
 
 // x: NHWC bytes [n, h, w, c]; y: NHWC bytes [n, out_h, out_w, c].
 Status launch_q8_max_pool(const PoolDesc& desc, const void* x, void* y, cudaStream_t stream);

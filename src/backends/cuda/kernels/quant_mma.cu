@@ -104,8 +104,13 @@ struct MmaParams {
   int c_chunks;     // 16-byte chunks of K per tap: c / 16, rounded up
   int k_chunks;     // r * s * c_chunks: chunks of the reduction, the last of each tap zero-padded
   bool c_half;      // c % 16 == 8: rows of x and w are 8-byte aligned only, copied 8 bytes at a time
-  int n_tiles;      // thread-block tiles across the output channels
-  bool vec_out;     // 16 output channels of a pixel are one aligned 16-byte store (8-bit y, k % 16 == 0)
+  // Split-K (INT8 only): blockIdx.y takes K stages [y kt_per_split, (y + 1) kt_per_split) and
+  // writes its raw int32 sums to partial[y][m][k]; q8_split_finish_kernel adds them up and runs the
+  // epilogue. partial null: one split, the epilogue in the kernel.
+  int kt_per_split;
+  int32_t* partial;
+  int n_tiles;   // thread-block tiles across the output channels
+  bool vec_out;  // 16 output channels of a pixel are one aligned 16-byte store (8-bit y, k % 16 == 0)
   float x_scale, residual_scale, inv_y;
   ActParams act;
 };
@@ -329,17 +334,19 @@ __global__ void __launch_bounds__(T::kThreads)
   const int a_lane = (wm * T::kWarpM + (lane & 15)) * kRowBytes + (lane >> 4) * 16;
   const int b_lane = (wn * T::kWarpN + (lane & 7) + ((lane >> 4) << 3)) * kRowBytes + ((lane >> 3) & 1) * 16;
 
-  const int kt_total = (p.k_chunks * 16 + kBK - 1) / kBK;
+  // This block's K stages: all of them, or its split's (kt0 + 0 .. kt_total - 1).
+  const int kt0 = static_cast<int>(blockIdx.y) * p.kt_per_split;
+  const int kt_total = min((p.k_chunks * 16 + kBK - 1) / kBK - kt0, p.kt_per_split);
 #pragma unroll
   for (int st = 0; st < T::kStages - 1; ++st) {
-    if (st < kt_total) load_stage(st, st);
+    if (st < kt_total) load_stage(kt0 + st, st);
     cp_async_commit();
   }
   for (int kt = 0; kt < kt_total; ++kt) {
     cp_async_wait<T::kStages - 2>();  // stage kt has landed (this thread's copies) ...
     __syncthreads();                  // ... and everyone's; everyone is done with stage kt - 1's buffer
     const int next = kt + T::kStages - 1;
-    if (next < kt_total) load_stage(next, next % T::kStages);
+    if (next < kt_total) load_stage(kt0 + next, next % T::kStages);
     cp_async_commit();  // always one group per iteration, so that the wait count stays right
     const uint8_t* sa = smem + (kt % T::kStages) * T::kStageBytes;
     const uint8_t* sb = sa + T::kABytes;
@@ -366,6 +373,23 @@ __global__ void __launch_bounds__(T::kThreads)
   cp_async_wait<0>();  // nothing is in flight ...
   __syncthreads();     // ... or still read: the pipeline's shared memory becomes the staging area
 
+  if constexpr (!kFp8) {
+    if (p.partial) {  // split-K: this split's raw sums; accumulator e of (im, jn) is row g + 8 (e / 2)
+      const int g = lane >> 2, tig = lane & 3;
+      int32_t* part = p.partial + static_cast<int64_t>(blockIdx.y) * p.m_total * p.k;
+#pragma unroll
+      for (int im = 0; im < T::kFragM; ++im)
+#pragma unroll
+        for (int jn = 0; jn < T::kFragN; ++jn)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t m = m0 + wm * T::kWarpM + im * 16 + g + 8 * (e >> 1);
+            const int n = n0 + wn * T::kWarpN + jn * 8 + 2 * tig + (e & 1);
+            if (m < p.m_total && n < p.k) part[m * p.k + n] = acc[im][jn][e];
+          }
+      return;
+    }
+  }
   float* stage = reinterpret_cast<float*>(smem) + warp * 16 * T::kStagePitch;
   const int k_base = n0 + wn * T::kWarpN + (lane % (T::kWarpN / 16)) * 16;
 #pragma unroll
@@ -375,6 +399,56 @@ __global__ void __launch_bounds__(T::kThreads)
                                        const int64_t m = m0 + wm * T::kWarpM + im * 16 + row;
                                        return m < p.m_total ? m : -1;
                                      });
+}
+
+// Split-K's second half: per output pixel m and 16 channels, the splits' int32 sums added up (exact
+// in any order) and quant.h's epilogue, as finish_fragment runs it, so that the bytes are those of
+// the unsplit kernel.
+template <typename Y>
+__global__ void q8_split_finish_kernel(MmaParams p, int splits, const float* w_scale, const float* bias,
+                                       const uint8_t* residual, Y* y) {
+  const int groups = (p.k + 15) / 16;
+  const int64_t total = p.m_total * groups, plane = p.m_total * p.k;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / groups;
+    const int k_base = static_cast<int>(i % groups) * 16;
+    const int64_t i0 = m * p.k + k_base;
+    int32_t sum[16];
+#pragma unroll
+    for (int e = 0; e < 16; ++e) sum[e] = 0;
+    for (int s = 0; s < splits; ++s) {
+#pragma unroll
+      for (int e = 0; e < 16; ++e)
+        if (k_base + e < p.k) sum[e] += p.partial[s * plane + i0 + e];
+    }
+    if constexpr (sizeof(Y) == 1) {
+      if (p.vec_out) {  // k % 16 == 0 and aligned: the residual and the output 16 bytes at a time
+        const uint4 res = residual ? *reinterpret_cast<const uint4*>(residual + i0) : make_uint4(0, 0, 0, 0);
+        const uint32_t res_words[4] = {res.x, res.y, res.z, res.w};
+        uint32_t out_words[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int e = 0; e < 16; ++e) {
+          const auto r = static_cast<uint8_t>(res_words[e / 4] >> (8 * (e % 4)));
+          const float v = q8_epilogue<false>(__int2float_rn(sum[e]), p.x_scale, w_scale[k_base + e],
+                                             bias ? bias[k_base + e] : 0.0f, residual != nullptr, r,
+                                             p.residual_scale, p.act);
+          out_words[e / 4] |= static_cast<uint32_t>(quantize_q8<false>(v, p.inv_y)) << (8 * (e % 4));
+        }
+        *reinterpret_cast<uint4*>(y + i0) =
+            make_uint4(out_words[0], out_words[1], out_words[2], out_words[3]);
+        continue;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      const int k = k_base + e;
+      if (k >= p.k) break;
+      store_q8_output<false>(__int2float_rn(sum[e]), p.x_scale, w_scale[k], bias ? bias[k] : 0.0f,
+                             residual ? residual + i0 + e : nullptr, p.residual_scale, p.act, p.inv_y,
+                             y + i0 + e);
+    }
+  }
 }
 
 // The 3x3 convolution of 64 channels into 64 (stride 1, dilation 1, pads 1: ResNet's layer1), tactic
@@ -551,16 +625,40 @@ Result<int> prepare_device(Kernel kernel, int bytes, DeviceSms& ready) {
   return sms;
 }
 
+// How many splits of K a launch of `blocks` thread blocks over `k_stages` stages takes: where the
+// blocks fill less than half the GPU (a batch of one or a few images: ResNet-18's INT8 plan took
+// 0.578 ms at batch 1 on the H100 against 0.157 ms in FP16, its last layers a few blocks each with
+// 72 stages of K), enough splits to reach one block per SM, each at least 4 stages, at most 16,
+// and their int32 sums within the workspace. 1: no split.
+int split_k(int64_t blocks, int k_stages, int64_t m_total, int64_t k, int sms, int64_t workspace_bytes) {
+  if (2 * blocks > sms) return 1;
+  int64_t splits = std::min<int64_t>({sms / blocks, k_stages / 4, 16});
+  while (splits > 1 && splits * m_total * k * static_cast<int64_t>(sizeof(int32_t)) > workspace_bytes)
+    --splits;
+  return static_cast<int>(std::max<int64_t>(splits, 1));
+}
+
 template <typename T, bool kFp8, typename Y>
 Status launch_tile(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale, const float* bias,
-                   const uint8_t* residual, Y* y, cudaStream_t stream) {
+                   const uint8_t* residual, Y* y, cudaStream_t stream, void* workspace,
+                   int64_t workspace_bytes) {
   static DeviceSms ready{};
-  GPULAB_TRY(prepare_device(q8_mma_conv_kernel<T, kFp8, Y>, T::kSmemBytes, ready).status());
+  GPULAB_ASSIGN_OR_RETURN(const int sms,
+                          prepare_device(q8_mma_conv_kernel<T, kFp8, Y>, T::kSmemBytes, ready));
   p.n_tiles = (p.k + T::BN - 1) / T::BN;
   const int64_t blocks = (p.m_total + T::BM - 1) / T::BM * p.n_tiles;
-  q8_mma_conv_kernel<T, kFp8, Y><<<static_cast<unsigned>(blocks), T::kThreads, T::kSmemBytes, stream>>>(
-      p, x, w, w_scale, bias, residual, y);
-  return check_launch("launch_q8_mma_conv", "q8_mma_conv_kernel");
+  const int k_stages = (p.k_chunks * 16 + kBK - 1) / kBK;
+  int splits = kFp8 || !workspace ? 1 : split_k(blocks, k_stages, p.m_total, p.k, sms, workspace_bytes);
+  p.kt_per_split = (k_stages + splits - 1) / splits;
+  splits = (k_stages + p.kt_per_split - 1) / p.kt_per_split;  // none left empty
+  p.partial = splits > 1 ? static_cast<int32_t*>(workspace) : nullptr;
+  q8_mma_conv_kernel<T, kFp8, Y><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(splits)),
+                                   T::kThreads, T::kSmemBytes, stream>>>(p, x, w, w_scale, bias, residual, y);
+  GPULAB_TRY(check_launch("launch_q8_mma_conv", "q8_mma_conv_kernel"));
+  if (splits == 1) return Status::ok();
+  const int64_t pieces = p.m_total * ((p.k + 15) / 16);
+  q8_split_finish_kernel<Y><<<grid_for(pieces), kThreads, 0, stream>>>(p, splits, w_scale, bias, residual, y);
+  return check_launch("launch_q8_mma_conv", "q8_split_finish_kernel");
 }
 
 template <bool kFp8>
@@ -616,7 +714,7 @@ Status q8_mma_tactic_supports(std::string_view tactic, const Q8ConvDesc& d) {
 
 Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const void* x, const void* w,
                           const float* w_scale, const float* bias, const void* residual, void* y,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, void* workspace, int64_t workspace_bytes) {
   GPULAB_ASSIGN_OR_RETURN(const size_t index, tactic_for(tactic, d));
   GPULAB_TRY(check_q8_conv_pointers(d, w_scale, residual));
   if (!is_aligned(x, 16) || !is_aligned(w, 16))
@@ -657,14 +755,21 @@ Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const vo
     auto* yb = static_cast<uint8_t*>(y);
     switch (index) {
       case 0: break;
-      case 1: return launch_tile<WideTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
-      case 2: return launch_tile<LargeTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
-      case 3: return launch_tile<TallTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream);
+      case 1:
+        return launch_tile<WideTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream, workspace,
+                                           workspace_bytes);
+      case 2:
+        return launch_tile<LargeTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream, workspace,
+                                            workspace_bytes);
+      case 3:
+        return launch_tile<TallTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream, workspace,
+                                           workspace_bytes);
       default: return launch_patch<kFp8>(p, d.n, xb, wb, w_scale, bias, rb, yb, stream);
     }
     return dispatch_output(d.y_dtype, [&](auto tag) -> Status {
       using Y = decltype(tag);
-      return launch_tile<SmallTile, kFp8>(p, xb, wb, w_scale, bias, rb, static_cast<Y*>(y), stream);
+      return launch_tile<SmallTile, kFp8>(p, xb, wb, w_scale, bias, rb, static_cast<Y*>(y), stream, workspace,
+                                          workspace_bytes);
     });
   });
 }
