@@ -126,14 +126,9 @@ __device__ __forceinline__ void cp_async8(void* smem_dst, const void* src, bool 
   const int bytes = fill ? 8 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
-// The 16-byte chunk at `src` of which the first `valid` bytes (16 or 8) exist, zeros after them:
-// one 16-byte copy, or with c_half two 8-byte ones.
-__device__ __forceinline__ void copy_chunk(void* smem_dst, const uint8_t* src, bool fill, bool full,
-                                           bool c_half) {
-  if (!c_half) {
-    cp_async16(smem_dst, src, fill);
-    return;
-  }
+// The 16-byte chunk at the 8-byte aligned `src`, its second half zeros unless `full`: two 8-byte
+// copies (c % 16 == 8).
+__device__ __forceinline__ void copy_half_chunks(void* smem_dst, const uint8_t* src, bool fill, bool full) {
   cp_async8(smem_dst, src, fill);
   cp_async8(static_cast<uint8_t*>(smem_dst) + 8, src + 8, fill && full);
 }
@@ -254,7 +249,10 @@ __device__ __forceinline__ void finish_fragment(const Acc (&acc)[kWarpN / 8][4],
   }
 }
 
-template <typename T, bool kFp8, typename Y>
+// kHalf: c % 16 == 8 (MmaParams::c_half). A kernel of its own, so that the multiples of 16 keep the
+// plain 16-byte copies: with the choice made per copy at run time, the 128x128 and 256x64 tiles ran
+// ResNet-18's layers 9-14% slower on the H100 (279d535's tactic timing against 49f0e29's, same call).
+template <typename T, bool kFp8, typename Y, bool kHalf>
 __global__ void __launch_bounds__(T::kThreads)
     q8_mma_conv_kernel(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale,
                        const float* bias, const uint8_t* residual, Y* y) {
@@ -302,20 +300,29 @@ __global__ void __launch_bounds__(T::kThreads)
     const bool q_ok = q < p.k_chunks;
     const int tap = q_ok ? q / p.c_chunks : 0;
     const int c0 = (q - tap * p.c_chunks) * 16;
-    const bool full = c0 + 16 <= p.c;  // else the tap's last 8 channels (c_half), zeros after them
     const int r = tap / p.s, s = tap - r * p.s;
 #pragma unroll
     for (int i = 0; i < T::kAIters; ++i) {
       const int ih = a_ih[i] + r * p.dil_h, iw = a_iw[i] + s * p.dil_w;
       const bool inside = q_ok && a_ok[i] && ih >= 0 && ih < p.h && iw >= 0 && iw < p.w;
       const uint8_t* src = inside ? a_img[i] + (static_cast<int64_t>(ih) * p.w + iw) * p.c + c0 : x;
-      copy_chunk(sa + (row0 + T::kRowStep * i) * kRowBytes + j * 16, src, inside, full, p.c_half);
+      uint8_t* dst = sa + (row0 + T::kRowStep * i) * kRowBytes + j * 16;
+      if constexpr (kHalf) {
+        copy_half_chunks(dst, src, inside, c0 + 16 <= p.c);
+      } else {
+        cp_async16(dst, src, inside);
+      }
     }
 #pragma unroll
     for (int i = 0; i < T::kBIters; ++i) {
       const bool ok = q_ok && b_ok[i];
-      copy_chunk(sb + (row0 + T::kRowStep * i) * kRowBytes + j * 16, ok ? b_row[i] + tap * p.c + c0 : w, ok,
-                 full, p.c_half);
+      uint8_t* dst = sb + (row0 + T::kRowStep * i) * kRowBytes + j * 16;
+      if constexpr (kHalf) {
+        // KRSC rows: tap `tap` starts at byte tap c, not at 16 c_chunks.
+        copy_half_chunks(dst, ok ? b_row[i] + tap * p.c + c0 : w, ok, c0 + 16 <= p.c);
+      } else {
+        cp_async16(dst, ok ? b_row[i] + q * 16 : w, ok);
+      }
     }
   };
 
@@ -638,13 +645,13 @@ int split_k(int64_t blocks, int k_stages, int64_t m_total, int64_t k, int sms, i
   return static_cast<int>(std::max<int64_t>(splits, 1));
 }
 
-template <typename T, bool kFp8, typename Y>
-Status launch_tile(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale, const float* bias,
-                   const uint8_t* residual, Y* y, cudaStream_t stream, void* workspace,
-                   int64_t workspace_bytes) {
+template <typename T, bool kFp8, bool kHalf, typename Y>
+Status launch_tile_as(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale,
+                      const float* bias, const uint8_t* residual, Y* y, cudaStream_t stream, void* workspace,
+                      int64_t workspace_bytes) {
   static DeviceSms ready{};
   GPULAB_ASSIGN_OR_RETURN(const int sms,
-                          prepare_device(q8_mma_conv_kernel<T, kFp8, Y>, T::kSmemBytes, ready));
+                          prepare_device(q8_mma_conv_kernel<T, kFp8, Y, kHalf>, T::kSmemBytes, ready));
   p.n_tiles = (p.k + T::BN - 1) / T::BN;
   const int64_t blocks = (p.m_total + T::BM - 1) / T::BM * p.n_tiles;
   const int k_stages = (p.k_chunks * 16 + kBK - 1) / kBK;
@@ -652,13 +659,25 @@ Status launch_tile(MmaParams p, const uint8_t* x, const uint8_t* w, const float*
   p.kt_per_split = (k_stages + splits - 1) / splits;
   splits = (k_stages + p.kt_per_split - 1) / p.kt_per_split;  // none left empty
   p.partial = splits > 1 ? static_cast<int32_t*>(workspace) : nullptr;
-  q8_mma_conv_kernel<T, kFp8, Y><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(splits)),
-                                   T::kThreads, T::kSmemBytes, stream>>>(p, x, w, w_scale, bias, residual, y);
+  q8_mma_conv_kernel<T, kFp8, Y, kHalf>
+      <<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(splits)), T::kThreads, T::kSmemBytes,
+         stream>>>(p, x, w, w_scale, bias, residual, y);
   GPULAB_TRY(check_launch("launch_q8_mma_conv", "q8_mma_conv_kernel"));
   if (splits == 1) return Status::ok();
   const int64_t pieces = p.m_total * ((p.k + 15) / 16);
   q8_split_finish_kernel<Y><<<grid_for(pieces), kThreads, 0, stream>>>(p, splits, w_scale, bias, residual, y);
   return check_launch("launch_q8_mma_conv", "q8_split_finish_kernel");
+}
+
+template <typename T, bool kFp8, typename Y>
+Status launch_tile(const MmaParams& p, const uint8_t* x, const uint8_t* w, const float* w_scale,
+                   const float* bias, const uint8_t* residual, Y* y, cudaStream_t stream, void* workspace,
+                   int64_t workspace_bytes) {
+  if (p.c_half)
+    return launch_tile_as<T, kFp8, true>(p, x, w, w_scale, bias, residual, y, stream, workspace,
+                                         workspace_bytes);
+  return launch_tile_as<T, kFp8, false>(p, x, w, w_scale, bias, residual, y, stream, workspace,
+                                        workspace_bytes);
 }
 
 template <bool kFp8>
