@@ -39,7 +39,8 @@ Status ContextImpl::init() {
 // gpulab's own kernels ("direct", "depthwise", "cutlass:...") run at every batch size, without a
 // cuDNN plan. A chunked tactic was timed at its chunk size and runs the full chunks; the remainder,
 // or a batch no larger than a chunk, gets a plan of its own size. Any other cuDNN tactic was timed
-// at the plan's max batch. When a plan does not build, the step falls back to the direct
+// at the plan's max batch (or --tactic-batch) and runs its engine configuration at every batch where
+// that builds (prepare_cudnn_conv). When no plan builds, the step falls back to the direct
 // convolution (state.convs[i] stays null).
 void ContextImpl::prepare_conv(size_t i, int64_t batch, BatchState& state, int64_t& need_ws) {
   const Plan& plan = engine_->plan();
@@ -47,20 +48,18 @@ void ContextImpl::prepare_conv(size_t i, int64_t batch, BatchState& state, int64
   if (conv_kernel_of_tactic(step.tactic) != ConvKernel::kCudnn) return;
   const auto chunked = parse_chunked_tactic(step.tactic);
   const std::string_view tactic = chunked ? chunked->inner : std::string_view(step.tactic);
-  const int64_t timed_batch = chunked ? chunked->chunk : plan.max_batch;
   const ChunkSplit split = chunked ? split_batch(batch, chunked->chunk) : ChunkSplit{0, batch};
   std::unique_ptr<cuda::CudnnConv> full, rest;
   Status failed;
   if (split.full > 0) {
-    auto conv = prepare_cudnn_conv(libs_.cudnn(), conv_problem(plan, step, chunked->chunk), tactic, true);
+    auto conv = prepare_cudnn_conv(libs_.cudnn(), conv_problem(plan, step, chunked->chunk), tactic);
     if (conv.is_ok())
       full = std::move(conv).value();
     else
       failed = conv.status();
   }
   if (failed.is_ok() && split.tail > 0) {
-    auto conv = prepare_cudnn_conv(libs_.cudnn(), conv_problem(plan, step, split.tail), tactic,
-                                   split.tail == timed_batch);
+    auto conv = prepare_cudnn_conv(libs_.cudnn(), conv_problem(plan, step, split.tail), tactic);
     if (conv.is_ok())
       rest = std::move(conv).value();
     else

@@ -67,10 +67,9 @@ ConvKernel conv_kernel_for(std::string_view tactic, const cuda::CudnnConv* conv)
 
 Result<std::unique_ptr<cuda::CudnnConv>> prepare_cudnn_conv(cudnnHandle_t handle,
                                                             const cuda::ConvProblem& problem,
-                                                            std::string_view tactic, bool timed_batch) {
+                                                            std::string_view tactic) {
   Result<std::unique_ptr<cuda::CudnnConv>> conv = Status::unsupported("no tactic");
-  if (timed_batch && tactic.starts_with("cudnn"))
-    conv = cuda::CudnnConv::with_tactic(handle, problem, std::string(tactic));
+  if (tactic.starts_with("cudnn")) conv = cuda::CudnnConv::with_tactic(handle, problem, std::string(tactic));
   const bool unfused = tactic.starts_with("cudnn-unfused:");
   if (!conv.is_ok()) {
     auto form = problem;

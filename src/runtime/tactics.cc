@@ -371,11 +371,10 @@ struct ChunkedPlans {
 Result<ChunkedPlans> prepare_chunked(const SelectionContext& c, const PlanStep& step,
                                      const cuda::ConvProblem& part, int64_t total, const std::string& inner) {
   ChunkedPlans plans;
-  GPULAB_ASSIGN_OR_RETURN(plans.full, prepare_cudnn_conv(c.rig.libs.cudnn(), part, inner, true));
+  GPULAB_ASSIGN_OR_RETURN(plans.full, prepare_cudnn_conv(c.rig.libs.cudnn(), part, inner));
   if (const ChunkSplit split = split_batch(total, part.n); split.tail > 0) {
     GPULAB_ASSIGN_OR_RETURN(
-        plans.tail,
-        prepare_cudnn_conv(c.rig.libs.cudnn(), conv_problem(c.plan, step, split.tail), inner, false));
+        plans.tail, prepare_cudnn_conv(c.rig.libs.cudnn(), conv_problem(c.plan, step, split.tail), inner));
   }
   plans.ws_bytes = std::max(plans.full->workspace_bytes(), plans.tail ? plans.tail->workspace_bytes() : 0);
   if (plans.ws_bytes > c.rig.ws_limit)
