@@ -33,8 +33,11 @@ inline constexpr std::string_view kDepthwiseTactic = "depthwise";
 // runs any 8-bit layer.
 inline constexpr std::string_view kQ8DirectTactic = "direct-q8";
 inline constexpr std::string_view kQ8MmaTactic = "mma-q8";
+// "dp4a-q8:1x1": launch_q8_mma_conv's kernel for 1x1 layers over few channels, on __dp4a (one of
+// q8_mma_tactics(), chosen the same way).
+inline constexpr std::string_view kQ8SmallKTactic = "dp4a-q8:1x1";
 inline bool is_q8_mma_tactic(std::string_view tactic) {
-  return tactic == kQ8MmaTactic ||
+  return tactic == kQ8MmaTactic || tactic == kQ8SmallKTactic ||
          (tactic.starts_with(kQ8MmaTactic) && tactic.substr(kQ8MmaTactic.size()).starts_with(':'));
 }
 inline bool is_q8_tactic(std::string_view tactic) {

@@ -230,6 +230,15 @@ std::vector<ConvCase> mma_conv_cases(DataType q) {
   expand.k = 144;
   expand.has_residual = false;
   cases.push_back({"1x1, c 24 into 144 (8-byte rows), clip", expand});
+  Q8ConvDesc expand16 = expand;  // MobileNetV2's first expand; 297 pixels end inside a block of 4
+  expand16.c = 16;
+  expand16.k = 96;
+  cases.push_back({"1x1, c 16 into 96, clip", expand16});
+  Q8ConvDesc project16 = expand;  // its first project: 32 channels into 16, one channel group
+  project16.c = 32;
+  project16.k = 16;
+  project16.activation = Activation::kNone;
+  cases.push_back({"1x1, c 32 into 16", project16});
   Q8ConvDesc odd_taps = big;  // 3x3 over 40 channels: every tap ends in a half chunk
   odd_taps.c = 40;
   odd_taps.k = 24;

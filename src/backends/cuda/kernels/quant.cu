@@ -341,20 +341,9 @@ __global__ void __launch_bounds__(kDepthwiseThreads)
       if (ow0 + t >= d.out_w) break;
       const int64_t o = ((n * d.out_h + oh) * d.out_w + ow0 + t) * vectors + cv;  // in 16-byte vectors
       const uint4 res = residual ? residual[o] : make_uint4(0, 0, 0, 0);
-      uint32_t out[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        uint32_t packed = 0;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const auto rb = static_cast<uint8_t>(word_of(res, q) >> (8 * e));
-          const float v = q8_epilogue<false>(__int2float_rn(acc[t][4 * q + e]), d.x_scale, ws[4 * q + e],
-                                             bs[4 * q + e], residual != nullptr, rb, d.residual_scale, act);
-          packed |= static_cast<uint32_t>(static_cast<uint8_t>(quantize_int8(v, p.inv_y))) << (8 * e);
-        }
-        out[q] = packed;
-      }
-      y[o] = make_uint4(out[0], out[1], out[2], out[3]);
+      y[o] = q8_epilogue16<false>([&](int e) { return __int2float_rn(acc[t][e]); },
+                                  [&](int e) { return ws[e]; }, [&](int e) { return bs[e]; }, d.x_scale,
+                                  residual != nullptr, res, d.residual_scale, act, p.inv_y);
     }
   }
 }

@@ -70,6 +70,27 @@ __device__ __forceinline__ float q8_epilogue(float conv, float x_scale, float w_
   if (has_residual) v = __fadd_rn(v, __fmul_rn(q8_to_float<kFp8>(residual), residual_scale));
   return apply_act(v, act);
 }
+// q8_epilogue of 16 consecutive output channels quantized to 8 bits and packed as the 16 bytes to
+// store: conv(e), w_scale(e) and bias(e) give channel e's sum (as float), weight scale and bias,
+// `residual` the residual's 16 bytes (ignored without has_residual). The kernels that store 16
+// channels of a pixel at once (the tensor-core tiles, split-K, the small-K 1x1 kernel, the
+// depthwise 3x3 kernel) share it; e is a constant after unrolling, so nothing lands in local memory.
+template <bool kFp8, typename Conv, typename Scale, typename Bias>
+__device__ __forceinline__ uint4 q8_epilogue16(Conv conv, Scale w_scale, Bias bias, float x_scale,
+                                               bool has_residual, uint4 residual, float residual_scale,
+                                               ActParams act, float inv_y) {
+  const uint32_t res_words[4] = {residual.x, residual.y, residual.z, residual.w};
+  uint32_t out_words[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int e = 0; e < 16; ++e) {
+    const auto r = static_cast<uint8_t>(res_words[e / 4] >> (8 * (e % 4)));
+    const float v =
+        q8_epilogue<kFp8>(conv(e), x_scale, w_scale(e), bias(e), has_residual, r, residual_scale, act);
+    out_words[e / 4] |= static_cast<uint32_t>(quantize_q8<kFp8>(v, inv_y)) << (8 * (e % 4));
+  }
+  return make_uint4(out_words[0], out_words[1], out_words[2], out_words[3]);
+}
+
 template <bool kFp8, typename Y>
 __device__ __forceinline__ void store_q8_output(float conv, float x_scale, float w_scale, float bias,
                                                 const uint8_t* residual, float residual_scale, ActParams act,

@@ -32,12 +32,13 @@ Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, cons
 // The same convolution on the tensor cores (quant_mma.cu): an implicit GEMM on mma.sync with 8-bit
 // operands, for the layers validate_q8_mma accepts; x and w 16-byte aligned. `tactic` is one of
 // q8_mma_tactics(), a thread-block tile: "mma-q8" (128 pixels x 64 channels, any output type),
-// "mma-q8:128x128", "mma-q8:256x128" and "mma-q8:256x64" (8-bit outputs), or "mma-q8:3x3c64" (8-bit
+// "mma-q8:128x128", "mma-q8:256x128" and "mma-q8:256x64" (8-bit outputs), "mma-q8:3x3c64" (8-bit
 // outputs of 3x3 convolutions of 64 channels into 64, stride 1, pads 1: input patches shared by the
-// nine taps). q8_mma_tactic_supports says whether a tactic runs a layer (unsupported with the
-// reason, otherwise); the launcher checks it. INT8 equals launch_q8_conv bit for bit with every
-// tactic; FP8 (sm_89 and newer, unsupported elsewhere) sums in the tensor cores' order, within one
-// E4M3 step of the interpreter like the direct kernel.
+// nine taps), or "dp4a-q8:1x1" (not the tensor cores: INT8 1x1 convolutions of 8-32 channels into a
+// multiple of 16, stride 1, no padding, INT8 outputs, on __dp4a). q8_mma_tactic_supports says whether a
+// tactic runs a layer (unsupported with the reason, otherwise); the launcher checks it. INT8 equals
+// launch_q8_conv bit for bit with every tactic; FP8 (sm_89 and newer, unsupported elsewhere) sums in the
+// tensor cores' order, within one E4M3 step of the interpreter like the direct kernel.
 std::span<const std::string_view> q8_mma_tactics();
 Status q8_mma_tactic_supports(std::string_view tactic, const Q8ConvDesc& desc);
 // With a workspace, an INT8 launch whose thread blocks would fill less than half the GPU (a small

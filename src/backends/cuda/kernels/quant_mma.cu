@@ -21,6 +21,8 @@
 //   mma-q8:256x64   256 pixels x  64 channels, 8 warps of 64 x 32, 4 stages (100 KB)
 //   mma-q8:3x3c64   3x3 convolutions of 64 channels into 64 alone: input patches shared by the
 //                   nine taps, weights resident (q8_conv3x3_patch_kernel below)
+//   dp4a-q8:1x1     not the tensor cores: INT8 1x1 convolutions over 8-32 channels, where a tile's
+//                   64-byte K stage would be mostly zeros (q8_conv1x1_dp4a_kernel below)
 // Why larger tiles: every stage brings (BM + BN) x 64 bytes from L2 for BM x BN x 64 multiply-adds,
 // so 128 x 64 moves 43 multiply-adds per byte, 256 x 64 51, 128 x 128 64 and 256 x 128 85 (where
 // the layer has that many output channels: ResNet's layer1 has 64). If L2 delivers some 5-7 TB/s
@@ -91,9 +93,10 @@ using WideTile = MmaTile<128, 128, 2, 2, 4>;
 using LargeTile = MmaTile<256, 128, 4, 2, 4>;
 using TallTile = MmaTile<256, 64, 4, 2, 4>;
 
-constexpr std::string_view kTactics[] = {"mma-q8", "mma-q8:128x128", "mma-q8:256x128", "mma-q8:256x64",
-                                         "mma-q8:3x3c64"};
+constexpr std::string_view kTactics[] = {"mma-q8",        "mma-q8:128x128", "mma-q8:256x128",
+                                         "mma-q8:256x64", "mma-q8:3x3c64",  "dp4a-q8:1x1"};
 constexpr size_t kPatchTactic = 4;
+constexpr size_t kSmallKTactic = 5;
 
 struct MmaParams {
   int h, w, c, k, s;  // s: the kernel's width (taps per kernel row)
@@ -223,18 +226,10 @@ __device__ __forceinline__ void finish_fragment(const Acc (&acc)[kWarpN / 8][4],
     const int64_t i0 = m * p.k + k_base;
     if constexpr (sizeof(Y) == 1) {
       if (vec) {
-        const uint32_t res_words[4] = {res[pass].x, res[pass].y, res[pass].z, res[pass].w};
-        uint32_t out_words[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int e = 0; e < 16; ++e) {
-          const auto r = static_cast<uint8_t>(res_words[e / 4] >> (8 * (e % 4)));
-          const float v =
-              q8_epilogue<kFp8>(src[e], p.x_scale, w_scale[k_base + e], bias ? bias[k_base + e] : 0.0f,
-                                residual != nullptr, r, p.residual_scale, p.act);
-          out_words[e / 4] |= static_cast<uint32_t>(quantize_q8<kFp8>(v, p.inv_y)) << (8 * (e % 4));
-        }
         *reinterpret_cast<uint4*>(y + i0) =
-            make_uint4(out_words[0], out_words[1], out_words[2], out_words[3]);
+            q8_epilogue16<kFp8>([&](int e) { return src[e]; }, [&](int e) { return w_scale[k_base + e]; },
+                                [&](int e) { return bias ? bias[k_base + e] : 0.0f; }, p.x_scale,
+                                residual != nullptr, res[pass], p.residual_scale, p.act, p.inv_y);
         continue;
       }
     }
@@ -432,18 +427,10 @@ __global__ void q8_split_finish_kernel(MmaParams p, int splits, const float* w_s
     if constexpr (sizeof(Y) == 1) {
       if (p.vec_out) {  // k % 16 == 0 and aligned: the residual and the output 16 bytes at a time
         const uint4 res = residual ? *reinterpret_cast<const uint4*>(residual + i0) : make_uint4(0, 0, 0, 0);
-        const uint32_t res_words[4] = {res.x, res.y, res.z, res.w};
-        uint32_t out_words[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int e = 0; e < 16; ++e) {
-          const auto r = static_cast<uint8_t>(res_words[e / 4] >> (8 * (e % 4)));
-          const float v = q8_epilogue<false>(__int2float_rn(sum[e]), p.x_scale, w_scale[k_base + e],
-                                             bias ? bias[k_base + e] : 0.0f, residual != nullptr, r,
-                                             p.residual_scale, p.act);
-          out_words[e / 4] |= static_cast<uint32_t>(quantize_q8<false>(v, p.inv_y)) << (8 * (e % 4));
-        }
-        *reinterpret_cast<uint4*>(y + i0) =
-            make_uint4(out_words[0], out_words[1], out_words[2], out_words[3]);
+        *reinterpret_cast<uint4*>(y + i0) = q8_epilogue16<false>(
+            [&](int e) { return __int2float_rn(sum[e]); }, [&](int e) { return w_scale[k_base + e]; },
+            [&](int e) { return bias ? bias[k_base + e] : 0.0f; }, p.x_scale, residual != nullptr, res,
+            p.residual_scale, p.act, p.inv_y);
         continue;
       }
     }
@@ -632,6 +619,107 @@ Result<int> prepare_device(Kernel kernel, int bytes, DeviceSms& ready) {
   return sms;
 }
 
+// dp4a-q8:1x1, the 1x1 INT8 convolutions over few channels (c a multiple of 8 up to 32, stride 1,
+// no padding, k a multiple of 16, INT8 outputs): MobileNetV2's expand layers over 16, 24 and 32
+// channels and its first project layer. On the tensor-core tiles each thread block runs one K stage
+// of 64 bytes that is half to three quarters zeros, then its epilogue: those layers ran at 5-6x
+// their memory roofline on the H100 (0.71 ms for the 16-channel expand at 112x112, batch 256;
+// bench/results/2026-12-06-279d535). Here a thread computes 16 output channels of kPixels pixels
+// from the pixels' c bytes in registers and the weights in shared memory, summed with __dp4a (4
+// channels per instruction), and quant.h's epilogue per output (q8_epilogue, as finish_fragment):
+// the same bytes. Work item: (pixel block, 16-channel group), the group fastest, so that the
+// threads of one pixel block read its bytes together and write its outputs as whole rows.
+constexpr int kSmallKThreads = 256;
+constexpr int kSmallKPixels = 4;
+
+template <int kWords>  // c / 4
+__global__ void __launch_bounds__(kSmallKThreads)
+    q8_conv1x1_dp4a_kernel(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale,
+                           const float* bias, const uint8_t* residual, uint8_t* y, int64_t items) {
+  // Weights as words, [group][channel of 16][word], each group's 16 kWords words padded by one so
+  // that threads of different groups read different banks.
+  constexpr int kGroupPitch = 16 * kWords + 1;
+  extern __shared__ uint32_t wsm[];
+  const int groups = p.k / 16;
+  for (int i = threadIdx.x; i < p.k * kWords; i += blockDim.x) {
+    const int row = i / kWords, word = i % kWords;
+    wsm[(row / 16) * kGroupPitch + (row % 16) * kWords + word] =
+        *reinterpret_cast<const uint32_t*>(w + static_cast<int64_t>(row) * p.c + 4 * word);
+  }
+  __syncthreads();
+  for (int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; item < items;
+       item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int g = static_cast<int>(item % groups);
+    const int64_t m0 = item / groups * kSmallKPixels;
+    uint32_t xr[kSmallKPixels][kWords];
+#pragma unroll
+    for (int q = 0; q < kSmallKPixels; ++q) {
+      const int64_t m = m0 + q < p.m_total ? m0 + q : m0;  // a partial block repeats its first pixel
+      const uint2* row = reinterpret_cast<const uint2*>(x + m * (4 * kWords));  // c % 8 == 0: 8-byte rows
+#pragma unroll
+      for (int t = 0; t < kWords / 2; ++t) {
+        const uint2 v = row[t];
+        xr[q][2 * t] = v.x;
+        xr[q][2 * t + 1] = v.y;
+      }
+    }
+    int32_t acc[kSmallKPixels][16];
+    const uint32_t* wg = wsm + g * kGroupPitch;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      uint32_t wr[kWords];
+#pragma unroll
+      for (int t = 0; t < kWords; ++t) wr[t] = wg[j * kWords + t];
+#pragma unroll
+      for (int q = 0; q < kSmallKPixels; ++q) {
+        int32_t a = 0;
+#pragma unroll
+        for (int t = 0; t < kWords; ++t) a = __dp4a(static_cast<int>(xr[q][t]), static_cast<int>(wr[t]), a);
+        acc[q][j] = a;
+      }
+    }
+    const int k_base = g * 16;
+    float ws[16], bs[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      ws[j] = w_scale[k_base + j];
+      bs[j] = bias ? bias[k_base + j] : 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < kSmallKPixels; ++q) {
+      const int64_t m = m0 + q;
+      if (m >= p.m_total) break;
+      const int64_t i0 = m * p.k + k_base;
+      const uint4 res = residual ? *reinterpret_cast<const uint4*>(residual + i0) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(y + i0) =
+          q8_epilogue16<false>([&](int e) { return __int2float_rn(acc[q][e]); }, [&](int e) { return ws[e]; },
+                               [&](int e) { return bs[e]; }, p.x_scale, residual != nullptr, res,
+                               p.residual_scale, p.act, p.inv_y);
+    }
+  }
+}
+
+template <int kWords>
+Status launch_small_k_as(const MmaParams& p, const uint8_t* x, const uint8_t* w, const float* w_scale,
+                         const float* bias, const uint8_t* residual, uint8_t* y, cudaStream_t stream) {
+  const int64_t blocks_of_pixels = (p.m_total + kSmallKPixels - 1) / kSmallKPixels;
+  const int64_t items = blocks_of_pixels * (p.k / 16);
+  const size_t smem = static_cast<size_t>(p.k / 16) * (16 * kWords + 1) * sizeof(uint32_t);
+  q8_conv1x1_dp4a_kernel<kWords><<<grid_for(items, kSmallKThreads), kSmallKThreads, smem, stream>>>(
+      p, x, w, w_scale, bias, residual, y, items);
+  return check_launch("launch_q8_mma_conv", "q8_conv1x1_dp4a_kernel");
+}
+
+Status launch_small_k(const MmaParams& p, const uint8_t* x, const uint8_t* w, const float* w_scale,
+                      const float* bias, const uint8_t* residual, uint8_t* y, cudaStream_t stream) {
+  switch (p.c) {
+    case 8: return launch_small_k_as<2>(p, x, w, w_scale, bias, residual, y, stream);
+    case 16: return launch_small_k_as<4>(p, x, w, w_scale, bias, residual, y, stream);
+    case 24: return launch_small_k_as<6>(p, x, w, w_scale, bias, residual, y, stream);
+    default: return launch_small_k_as<8>(p, x, w, w_scale, bias, residual, y, stream);  // 32
+  }
+}
+
 // How many splits of K a launch of `blocks` thread blocks over `k_stages` stages takes: where the
 // blocks fill less than half the GPU (a batch of one or a few images: ResNet-18's INT8 plan took
 // 0.578 ms at batch 1 on the H100 against 0.157 ms in FP16, its last layers a few blocks each with
@@ -722,6 +810,13 @@ Result<size_t> tactic_for(std::string_view tactic, const Q8ConvDesc& d) {
        d.dilation != Hw{1, 1} || d.pads != Pads{1, 1, 1, 1} || d.out_h != d.h || d.out_w != d.w))
     return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
                                " runs 3x3 convolutions of 64 channels into 64, stride 1, pads 1 only.");
+  if (index == kSmallKTactic &&
+      (d.x_dtype != DataType::kInt8 || d.y_dtype != DataType::kInt8 || d.r != 1 || d.s != 1 ||
+       d.stride != Hw{1, 1} || d.pads != Pads{} || d.out_h != d.h || d.out_w != d.w || d.c % 8 != 0 ||
+       d.c > 32 || d.k % 16 != 0 || (d.k / 16) * (16 * (d.c / 4) + 1) * 4 > 48 * 1024))
+    return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
+                               " runs INT8 1x1 convolutions of 8 to 32 channels (a multiple of 8) into a "
+                               "multiple of 16, stride 1, no padding, INT8 outputs only.");
   return index;
 }
 
@@ -783,7 +878,12 @@ Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const vo
       case 3:
         return launch_tile<TallTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream, workspace,
                                            workspace_bytes);
-      default: return launch_patch<kFp8>(p, d.n, xb, wb, w_scale, bias, rb, yb, stream);
+      case 4: return launch_patch<kFp8>(p, d.n, xb, wb, w_scale, bias, rb, yb, stream);
+      default:
+        if (!is_aligned(y, 16) || (rb && !is_aligned(rb, 16)))
+          return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
+                                     " needs 16-byte aligned outputs and residuals.");
+        return launch_small_k(p, xb, wb, w_scale, bias, rb, yb, stream);
     }
     return dispatch_output(d.y_dtype, [&](auto tag) -> Status {
       using Y = decltype(tag);
