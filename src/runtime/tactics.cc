@@ -677,8 +677,8 @@ Status select_conv_tactic(const SelectionContext& c, PlanStep& step, TacticRepor
   return Status::ok();
 }
 
-// The tactic of an INT8/FP8 kConv or kGemm (conv_step.h). The tensor-core kernel (one of
-// kernels::q8_mma_tactics(), its thread-block tiles) where kernels::validate_q8_mma accepts the layer
+// The tactic of an INT8/FP8 kConv or kGemm (conv_step.h). One of kernels::q8_mma_tactics() (the
+// tensor-core kernel's thread-block tiles, and dp4a-q8:1x1) where kernels::validate_q8_mma accepts the layer
 // at the plan's max batch, and only a tile that has computed what the direct kernel computes, on
 // the layer's own weights and a seeded random input of up to 4 images (q8_difference says how
 // close); with time_tactics, the fastest such tile, if it beats the direct kernel at the timing
@@ -753,7 +753,7 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, int& on_mma) 
     if (!differs.empty()) {
       (void)cudaGetLastError();
       log_warning(
-          "tactics: {}: the tensor-core 8-bit kernel {} does not agree with the direct one ({}); not using "
+          "tactics: {}: the 8-bit kernel {} does not agree with the direct one ({}); not using "
           "it",
           step.name, tactic, differs);
       continue;
@@ -846,8 +846,8 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         "candidates",
         report.candidate_build_s, report.candidates_built, report.timing_s, report.timing_runs);
   if (q8_layers > 0)
-    log_info("tactics: {} INT8/FP8 layers on the tensor-core kernel ({}), {} on the direct one ({})", q8_mma,
-             kQ8MmaTactic, q8_layers - q8_mma, kQ8DirectTactic);
+    log_info("tactics: {} INT8/FP8 layers on the tensor-core kernel or {} ({}), {} on the direct one ({})",
+             q8_mma, kQ8SmallKTactic, kQ8MmaTactic, q8_layers - q8_mma, kQ8DirectTactic);
   return report;
 }
 

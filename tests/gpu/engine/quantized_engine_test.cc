@@ -2,8 +2,9 @@
 // saved (src/plan/interpret.h emulates the 8-bit arithmetic of src/core/quant.h):
 //  - INT8 logits bit for bit: every step of an INT8 plan (quantizing input conversion, convolutions
 //    and Gemm with exact int32 sums and quant.h's epilogue, on the tensor-core kernel ("mma-q8" or
-//    "mma-q8:<tile>", whichever tile tactic timing picked) where it runs the layer and the direct one
-//    elsewhere, max and global pools, casts) follows quant.h step by step on both sides.
+//    "mma-q8:<tile>", whichever tile tactic timing picked) or "dp4a-q8:1x1" where they run the
+//    layer and the direct one elsewhere, max and global pools, casts) follows quant.h step by step
+//    on both sides.
 //  - FP8 logits within 1e-2 (relative L2): the FP8 convolutions sum their products in another
 //    order than the interpreter, which moves some outputs by one E4M3 step.
 // On the residual test network (tests/residual_net.h) and the bundled MobileNetV2 on the photos of
@@ -45,7 +46,7 @@ int compute_capability() {
 // The GPU's logits and the interpreter's for `input` on the plan the engine built and saved.
 struct Pair {
   std::vector<float> gpu, interpreted;
-  int mma_layers = 0;  // 8-bit layers on the tensor-core kernel
+  int mma_layers = 0;  // 8-bit layers on the tensor-core kernel or dp4a-q8:1x1 (not the direct one)
 };
 Pair run_both(const Graph& graph, const BuildOptions& options, const Tensor& input) {
   Pair out;
@@ -62,7 +63,7 @@ Pair run_both(const Graph& graph, const BuildOptions& options, const Tensor& inp
   if (!plan.is_ok() || !context.is_ok()) return out;
   for (const PlanStep& s : plan->steps)
     if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm) && is_quantized(s.precision)) {
-      const bool mma = s.tactic == "mma-q8" || s.tactic.starts_with("mma-q8:");
+      const bool mma = s.tactic == "mma-q8" || s.tactic.starts_with("mma-q8:") || s.tactic == "dp4a-q8:1x1";
       EXPECT_TRUE(s.tactic == "direct-q8" || mma) << s.name << ": " << s.tactic;
       out.mma_layers += mma;
     }
@@ -88,7 +89,7 @@ void expect_agreement(const Pair& p, Precision precision) {
   }
 }
 
-// `min_mma_layers`: how many 8-bit layers must run on the tensor-core kernel at least.
+// `min_mma_layers`: how many 8-bit layers must run on the tensor-core kernel (or dp4a-q8:1x1) at least.
 void check_precision_runs(Precision precision, const Graph& graph, const std::map<std::string, float>& amax,
                           const Tensor& input, int min_mma_layers = 0) {
   BuildOptions options{.precision = precision, .max_batch = input.shape()[0], .time_tactics = false};
