@@ -280,19 +280,16 @@ std::vector<ConvCase> mma_conv_cases(DataType q) {
   cases.push_back({"3x3, c 64, k 64, 3 images of 13 x 21", layer1});
   // ResNet-18's layer4 at batch 1: 49 pixels, 4608 bytes of K (72 stages), a few blocks: split-K
   // with a workspace, its sums split 16 ways; with a residual, and into a float32 Gemm output.
-  Q8ConvDesc layer4{.n = 1, .h = 7, .w = 7, .c = 512, .k = 512, .r = 3, .s = 3, .out_h = 7, .out_w = 7};
-  layer4.pads = {1, 1, 1, 1};
-  layer4.x_dtype = layer4.y_dtype = q;
+  Q8ConvDesc layer4 = wide;  // 3x3, pads 1, residual, ReLU
+  layer4.n = 1;
+  layer4.h = layer4.w = layer4.out_h = layer4.out_w = 7;
+  layer4.c = layer4.k = 512;
   layer4.x_scale = 0.01f;
   layer4.y_scale = q == DataType::kInt8 ? 4.0f : 0.05f;
-  layer4.has_residual = true;
-  layer4.residual_scale = 0.05f;
-  layer4.activation = Activation::kRelu;
   cases.push_back({"3x3, c 512, k 512, 1 image of 7 x 7 (split-K), residual", layer4});
-  Q8ConvDesc head{.n = 2, .h = 1, .w = 1, .c = 512, .k = 1000, .out_h = 1, .out_w = 1};
-  head.x_dtype = q;
-  head.x_scale = 0.02f;
-  head.y_dtype = DataType::kFloat32;
+  Q8ConvDesc head = gemm;  // c 512, float32 out
+  head.n = 2;
+  head.k = 1000;
   cases.push_back({"gemm c 512 into 1000, float32 out (split-K)", head});
   return cases;
 }

@@ -172,6 +172,32 @@ __device__ __forceinline__ void mma_16x8x32(float (&d)[4], const uint32_t (&a)[4
 #endif
 }
 
+// Channels k_base .. k_base + 15 of the output pixel whose row starts at i0 - k_base, from their
+// sums conv(e) (as float): one 16-byte store where `vec` (8-bit y, k % 16 == 0, aligned; `res` the
+// residual's 16 bytes, which the caller reads), else store_q8_output per channel below p.k.
+template <bool kFp8, typename Y, typename Conv>
+__device__ __forceinline__ void store_16_channels(Conv conv, bool vec, uint4 res, int k_base, int64_t i0,
+                                                  const MmaParams& p, const float* w_scale, const float* bias,
+                                                  const uint8_t* residual, Y* y) {
+  if constexpr (sizeof(Y) == 1) {
+    if (vec) {
+      *reinterpret_cast<uint4*>(y + i0) = q8_epilogue16<kFp8>(
+          conv, [&](int e) { return w_scale[k_base + e]; },
+          [&](int e) { return bias ? bias[k_base + e] : 0.0f; }, p.x_scale, residual != nullptr, res,
+          p.residual_scale, p.act, p.inv_y);
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 16; ++e) {
+    const int k = k_base + e;
+    if (k >= p.k) break;
+    store_q8_output<kFp8>(conv(e), p.x_scale, w_scale[k], bias ? bias[k] : 0.0f,
+                          residual ? residual + i0 + e : nullptr, p.residual_scale, p.act, p.inv_y,
+                          y + i0 + e);
+  }
+}
+
 // The epilogue of one 16-pixel fragment row of a warp's accumulators (kWarpN channels): staged as
 // float in the warp's 16 x (kWarpN + 4) shared-memory area, then each lane finishes 16 consecutive
 // channels of one pixel with quant.h's epilogue (q8_epilogue in registers; store_q8_output where the
@@ -223,24 +249,8 @@ __device__ __forceinline__ void finish_fragment(const Acc (&acc)[kWarpN / 8][4],
     const int64_t m = pixel[pass];
     if (m < 0) continue;
     const float* src = stage + row * kPitch + lc;
-    const int64_t i0 = m * p.k + k_base;
-    if constexpr (sizeof(Y) == 1) {
-      if (vec) {
-        *reinterpret_cast<uint4*>(y + i0) =
-            q8_epilogue16<kFp8>([&](int e) { return src[e]; }, [&](int e) { return w_scale[k_base + e]; },
-                                [&](int e) { return bias ? bias[k_base + e] : 0.0f; }, p.x_scale,
-                                residual != nullptr, res[pass], p.residual_scale, p.act, p.inv_y);
-        continue;
-      }
-    }
-#pragma unroll
-    for (int e = 0; e < 16; ++e) {
-      const int k = k_base + e;
-      if (k >= p.k) break;
-      store_q8_output<kFp8>(src[e], p.x_scale, w_scale[k], bias ? bias[k] : 0.0f,
-                            residual ? residual + i0 + e : nullptr, p.residual_scale, p.act, p.inv_y,
-                            y + i0 + e);
-    }
+    store_16_channels<kFp8>([&](int e) { return src[e]; }, vec, res[pass], k_base, m * p.k + k_base, p,
+                            w_scale, bias, residual, y);
   }
 }
 
@@ -424,24 +434,11 @@ __global__ void q8_split_finish_kernel(MmaParams p, int splits, const float* w_s
       for (int e = 0; e < 16; ++e)
         if (k_base + e < p.k) sum[e] += p.partial[s * plane + i0 + e];
     }
-    if constexpr (sizeof(Y) == 1) {
-      if (p.vec_out) {  // k % 16 == 0 and aligned: the residual and the output 16 bytes at a time
-        const uint4 res = residual ? *reinterpret_cast<const uint4*>(residual + i0) : make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(y + i0) = q8_epilogue16<false>(
-            [&](int e) { return __int2float_rn(sum[e]); }, [&](int e) { return w_scale[k_base + e]; },
-            [&](int e) { return bias ? bias[k_base + e] : 0.0f; }, p.x_scale, residual != nullptr, res,
-            p.residual_scale, p.act, p.inv_y);
-        continue;
-      }
-    }
-#pragma unroll
-    for (int e = 0; e < 16; ++e) {
-      const int k = k_base + e;
-      if (k >= p.k) break;
-      store_q8_output<false>(__int2float_rn(sum[e]), p.x_scale, w_scale[k], bias ? bias[k] : 0.0f,
-                             residual ? residual + i0 + e : nullptr, p.residual_scale, p.act, p.inv_y,
-                             y + i0 + e);
-    }
+    // p.vec_out: an 8-bit y with k % 16 == 0, aligned: the residual and the output 16 bytes at a time.
+    const uint4 res =
+        p.vec_out && residual ? *reinterpret_cast<const uint4*>(residual + i0) : make_uint4(0, 0, 0, 0);
+    store_16_channels<false>([&](int e) { return __int2float_rn(sum[e]); }, p.vec_out, res, k_base, i0, p,
+                             w_scale, bias, residual, y);
   }
 }
 
@@ -631,6 +628,11 @@ Result<int> prepare_device(Kernel kernel, int bytes, DeviceSms& ready) {
 // threads of one pixel block read its bytes together and write its outputs as whole rows.
 constexpr int kSmallKThreads = 256;
 constexpr int kSmallKPixels = 4;
+// Shared memory of the kernel's weight words for k output channels over c input channels: each
+// group of 16 channels' 16 c / 4 words padded by one (q8_conv1x1_dp4a_kernel).
+constexpr int64_t small_k_smem_bytes(int64_t k, int64_t c) {
+  return k / 16 * (16 * (c / 4) + 1) * static_cast<int64_t>(sizeof(uint32_t));
+}
 
 template <int kWords>  // c / 4
 __global__ void __launch_bounds__(kSmallKThreads)
@@ -704,7 +706,7 @@ Status launch_small_k_as(const MmaParams& p, const uint8_t* x, const uint8_t* w,
                          const float* bias, const uint8_t* residual, uint8_t* y, cudaStream_t stream) {
   const int64_t blocks_of_pixels = (p.m_total + kSmallKPixels - 1) / kSmallKPixels;
   const int64_t items = blocks_of_pixels * (p.k / 16);
-  const size_t smem = static_cast<size_t>(p.k / 16) * (16 * kWords + 1) * sizeof(uint32_t);
+  const auto smem = static_cast<size_t>(small_k_smem_bytes(p.k, p.c));
   q8_conv1x1_dp4a_kernel<kWords><<<grid_for(items, kSmallKThreads), kSmallKThreads, smem, stream>>>(
       p, x, w, w_scale, bias, residual, y, items);
   return check_launch("launch_q8_mma_conv", "q8_conv1x1_dp4a_kernel");
@@ -813,7 +815,7 @@ Result<size_t> tactic_for(std::string_view tactic, const Q8ConvDesc& d) {
   if (index == kSmallKTactic &&
       (d.x_dtype != DataType::kInt8 || d.y_dtype != DataType::kInt8 || d.r != 1 || d.s != 1 ||
        d.stride != Hw{1, 1} || d.pads != Pads{} || d.out_h != d.h || d.out_w != d.w || d.c % 8 != 0 ||
-       d.c > 32 || d.k % 16 != 0 || (d.k / 16) * (16 * (d.c / 4) + 1) * 4 > 48 * 1024))
+       d.c > 32 || d.k % 16 != 0 || small_k_smem_bytes(d.k, d.c) > 48 * 1024))
     return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
                                " runs INT8 1x1 convolutions of 8 to 32 channels (a multiple of 8) into a "
                                "multiple of 16, stride 1, no padding, INT8 outputs only.");
