@@ -678,11 +678,11 @@ Status select_conv_tactic(const SelectionContext& c, PlanStep& step, TacticRepor
 }
 
 // The tactic of an INT8/FP8 kConv or kGemm (conv_step.h). One of kernels::q8_mma_tactics() (the
-// tensor-core kernel's thread-block tiles, and dp4a-q8:1x1) where kernels::validate_q8_mma accepts the layer
-// at the plan's max batch, and only a tile that has computed what the direct kernel computes, on
-// the layer's own weights and a seeded random input of up to 4 images (q8_difference says how
-// close); with time_tactics, the fastest such tile, if it beats the direct kernel at the timing
-// batch; without, the first tile that agrees. Else the direct kernel (direct-q8), which runs every
+// tensor-core kernels' thread-block tiles, mma.sync and wgmma, and dp4a-q8:1x1) where
+// kernels::validate_q8_mma accepts the layer at the plan's max batch, and only a tile that has computed what
+// the direct kernel computes, on the layer's own weights and a seeded random input of up to 4 images
+// (q8_difference says how close); with time_tactics, the fastest such tile, if it beats the direct kernel at
+// the timing batch; without, the first tile that agrees. Else the direct kernel (direct-q8), which runs every
 // 8-bit layer.
 Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, int& on_mma) {
   step.tactic = std::string(kQ8DirectTactic);
@@ -846,8 +846,9 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         "candidates",
         report.candidate_build_s, report.candidates_built, report.timing_s, report.timing_runs);
   if (q8_layers > 0)
-    log_info("tactics: {} INT8/FP8 layers on the tensor-core kernel or {} ({}), {} on the direct one ({})",
-             q8_mma, kQ8SmallKTactic, kQ8MmaTactic, q8_layers - q8_mma, kQ8DirectTactic);
+    log_info(
+        "tactics: {} INT8/FP8 layers on the tensor-core kernels or {} ({}, {}), {} on the direct one ({})",
+        q8_mma, kQ8SmallKTactic, kQ8MmaTactic, kQ8WgmmaTactic, q8_layers - q8_mma, kQ8DirectTactic);
   return report;
 }
 

@@ -61,9 +61,12 @@
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/quant.cuh"
 #include "backends/cuda/kernels/quant_kernels.h"
+#include "backends/cuda/kernels/quant_mma.cuh"
 
 namespace gpulab::kernels {
 namespace {
+
+using namespace q8mma;
 
 constexpr int kBK = 64;  // K bytes per stage
 constexpr int kRowBytes = kBK + 16;
@@ -94,54 +97,12 @@ using LargeTile = MmaTile<256, 128, 4, 2, 4>;
 using TallTile = MmaTile<256, 64, 4, 2, 4>;
 
 constexpr std::string_view kTactics[] = {"mma-q8",        "mma-q8:128x128", "mma-q8:256x128",
-                                         "mma-q8:256x64", "mma-q8:3x3c64",  "dp4a-q8:1x1"};
+                                         "mma-q8:256x64", "mma-q8:3x3c64",  "dp4a-q8:1x1",
+                                         kWgmmaTiles[0],  kWgmmaTiles[1],   kWgmmaTiles[2]};
 constexpr size_t kPatchTactic = 4;
 constexpr size_t kSmallKTactic = 5;
-
-struct MmaParams {
-  int h, w, c, k, s;  // s: the kernel's width (taps per kernel row)
-  int out_h, out_w;
-  int stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
-  int64_t m_total;  // n * out_h * out_w
-  int k_total;      // r * s * c: bytes of one weight row
-  int c_chunks;     // 16-byte chunks of K per tap: c / 16, rounded up
-  int k_chunks;     // r * s * c_chunks: chunks of the reduction, the last of each tap zero-padded
-  bool c_half;      // c % 16 == 8: rows of x and w are 8-byte aligned only, copied 8 bytes at a time
-  // Split-K (INT8 only): blockIdx.y takes K stages [y kt_per_split, (y + 1) kt_per_split) and
-  // writes its raw int32 sums to partial[y][m][k]; q8_split_finish_kernel adds them up and runs the
-  // epilogue. partial null: one split, the epilogue in the kernel.
-  int kt_per_split;
-  int32_t* partial;
-  int n_tiles;   // thread-block tiles across the output channels
-  bool vec_out;  // 16 output channels of a pixel are one aligned 16-byte store (8-bit y, k % 16 == 0)
-  float x_scale, residual_scale, inv_y;
-  ActParams act;
-};
-
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* src, bool fill) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  const int bytes = fill ? 16 : 0;  // 0: the 16 bytes are zeroed, nothing is read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-// 8 bytes: `fill` false zeroes them (nothing is read). For rows that are only 8-byte aligned.
-__device__ __forceinline__ void cp_async8(void* smem_dst, const void* src, bool fill) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  const int bytes = fill ? 8 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-// The 16-byte chunk at the 8-byte aligned `src`, its second half zeros unless `full`: two 8-byte
-// copies (c % 16 == 8).
-__device__ __forceinline__ void copy_half_chunks(void* smem_dst, const uint8_t* src, bool fill, bool full) {
-  cp_async8(smem_dst, src, fill);
-  cp_async8(static_cast<uint8_t*>(smem_dst) + 8, src + 8, fill && full);
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+constexpr size_t kWgmmaFirst = 6;  // kWgmmaTiles, in their order
+static_assert(std::size(kTactics) == kWgmmaFirst + std::size(kWgmmaTiles));
 
 // Four 8 x 16-byte matrices: lanes 8j .. 8j + 7 give the row addresses of matrix j, and register j
 // of lane l receives the 4 bytes at offset 4 (l % 4) of row l / 4 of matrix j.
@@ -172,88 +133,6 @@ __device__ __forceinline__ void mma_16x8x32(float (&d)[4], const uint32_t (&a)[4
 #endif
 }
 
-// Channels k_base .. k_base + 15 of the output pixel whose row starts at i0 - k_base, from their
-// sums conv(e) (as float): one 16-byte store where `vec` (8-bit y, k % 16 == 0, aligned; `res` the
-// residual's 16 bytes, which the caller reads), else store_q8_output per channel below p.k.
-template <bool kFp8, typename Y, typename Conv>
-__device__ __forceinline__ void store_16_channels(Conv conv, bool vec, uint4 res, int k_base, int64_t i0,
-                                                  const MmaParams& p, const float* w_scale, const float* bias,
-                                                  const uint8_t* residual, Y* y) {
-  if constexpr (sizeof(Y) == 1) {
-    if (vec) {
-      *reinterpret_cast<uint4*>(y + i0) = q8_epilogue16<kFp8>(
-          conv, [&](int e) { return w_scale[k_base + e]; },
-          [&](int e) { return bias ? bias[k_base + e] : 0.0f; }, p.x_scale, residual != nullptr, res,
-          p.residual_scale, p.act, p.inv_y);
-      return;
-    }
-  }
-#pragma unroll
-  for (int e = 0; e < 16; ++e) {
-    const int k = k_base + e;
-    if (k >= p.k) break;
-    store_q8_output<kFp8>(conv(e), p.x_scale, w_scale[k], bias ? bias[k] : 0.0f,
-                          residual ? residual + i0 + e : nullptr, p.residual_scale, p.act, p.inv_y,
-                          y + i0 + e);
-  }
-}
-
-// The epilogue of one 16-pixel fragment row of a warp's accumulators (kWarpN channels): staged as
-// float in the warp's 16 x (kWarpN + 4) shared-memory area, then each lane finishes 16 consecutive
-// channels of one pixel with quant.h's epilogue (q8_epilogue in registers; store_q8_output where the
-// bytes go one at a time), the residual read and the bytes written 16 at a time where p.vec_out
-// allows. k_base: the lane's first channel;
-// pixel_of(row): the output pixel (n h w index) of fragment row `row`, or -1 where there is none.
-// Accumulator e of (jn) is fragment row g + 8 (e / 2), channel jn * 8 + 2 tig + e % 2.
-template <int kWarpN, bool kFp8, typename Acc, typename Y, typename PixelOf>
-__device__ __forceinline__ void finish_fragment(const Acc (&acc)[kWarpN / 8][4], float* stage, int lane,
-                                                int k_base, const MmaParams& p, const float* w_scale,
-                                                const float* bias, const uint8_t* residual, Y* y,
-                                                PixelOf pixel_of) {
-  static_assert(kWarpN == 32 || kWarpN == 64, "a lane finishes 16 channels");
-  constexpr int kPitch = kWarpN + 4;
-  constexpr int kLanesPerRow = kWarpN / 16;
-  constexpr int kRowsPerPass = 32 / kLanesPerRow;
-  constexpr int kPasses = 16 / kRowsPerPass;
-  const int g = lane >> 2, tig = lane & 3;
-  const int lc = (lane % kLanesPerRow) * 16;
-  // The pixels this lane finishes, and their residual bytes read before the staging (not after,
-  // where each pass would wait for its load).
-  int64_t pixel[kPasses];
-  uint4 res[kPasses];
-  const bool vec = sizeof(Y) == 1 && p.vec_out && k_base < p.k;  // k % 16 == 0: all 16 channels exist
-#pragma unroll
-  for (int pass = 0; pass < kPasses; ++pass) {
-    pixel[pass] = pixel_of(pass * kRowsPerPass + lane / kLanesPerRow);
-    res[pass] = make_uint4(0, 0, 0, 0);
-    if (vec && residual && pixel[pass] >= 0)
-      res[pass] = *reinterpret_cast<const uint4*>(residual + pixel[pass] * p.k + k_base);
-  }
-  __syncwarp();  // the lanes are done reading the last fragment's rows
-#pragma unroll
-  for (int jn = 0; jn < kWarpN / 8; ++jn)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float conv;
-      if constexpr (kFp8) {
-        conv = acc[jn][e];
-      } else {
-        conv = __int2float_rn(acc[jn][e]);
-      }
-      stage[(g + 8 * (e >> 1)) * kPitch + jn * 8 + 2 * tig + (e & 1)] = conv;
-    }
-  __syncwarp();
-#pragma unroll
-  for (int pass = 0; pass < kPasses; ++pass) {
-    const int row = pass * kRowsPerPass + lane / kLanesPerRow;
-    const int64_t m = pixel[pass];
-    if (m < 0) continue;
-    const float* src = stage + row * kPitch + lc;
-    store_16_channels<kFp8>([&](int e) { return src[e]; }, vec, res[pass], k_base, m * p.k + k_base, p,
-                            w_scale, bias, residual, y);
-  }
-}
-
 // kHalf: c % 16 == 8 (MmaParams::c_half). A kernel of its own, so that the multiples of 16 keep the
 // plain 16-byte copies: with the choice made per copy at run time, the 128x128 and 256x64 tiles ran
 // ResNet-18's layers 9-14% slower on the H100 (279d535's tactic timing against 49f0e29's, same call).
@@ -273,60 +152,31 @@ __global__ void __launch_bounds__(T::kThreads)
   // This thread copies 16-byte chunk `j` of K of activation rows row0 + kRowStep i and of weight
   // rows row0 + kRowStep i in every stage.
   const int j = tid & 3, row0 = tid >> 2;
-  const uint8_t* a_img[T::kAIters];
-  int a_ih[T::kAIters], a_iw[T::kAIters];
-  bool a_ok[T::kAIters];
-#pragma unroll
-  for (int i = 0; i < T::kAIters; ++i) {
-    const int64_t m = m0 + row0 + T::kRowStep * i;
-    a_ok[i] = m < p.m_total;
-    const int64_t mm = a_ok[i] ? m : 0;
-    const int ow = static_cast<int>(mm % p.out_w);
-    const int64_t t = mm / p.out_w;
-    const int oh = static_cast<int>(t % p.out_h);
-    const int64_t n = t / p.out_h;
-    a_img[i] = x + n * p.h * p.w * static_cast<int64_t>(p.c);
-    a_ih[i] = oh * p.stride_h - p.pad_top;
-    a_iw[i] = ow * p.stride_w - p.pad_left;
-  }
-  const uint8_t* b_row[T::kBIters];
-  bool b_ok[T::kBIters];
-#pragma unroll
-  for (int i = 0; i < T::kBIters; ++i) {
-    const int n = n0 + row0 + T::kRowStep * i;
-    b_ok[i] = n < p.k;
-    b_row[i] = w + static_cast<int64_t>(b_ok[i] ? n : 0) * p.k_total;
-  }
-
+  const TileRows<T::kAIters, T::kBIters, T::kRowStep> rows(p, x, w, m0, n0, row0);
   auto load_stage = [&](int kt, int buf) {
     uint8_t* sa = smem + buf * T::kStageBytes;
     uint8_t* sb = sa + T::kABytes;
-    const int q = kt * (kBK / 16) + j;  // this thread's 16-byte chunk of K
-    const bool q_ok = q < p.k_chunks;
-    const int tap = q_ok ? q / p.c_chunks : 0;
-    const int c0 = (q - tap * p.c_chunks) * 16;
-    const int r = tap / p.s, s = tap - r * p.s;
+    const auto c = rows.chunk(p, kt * (kBK / 16) + j);  // this thread's 16-byte chunk of K
 #pragma unroll
     for (int i = 0; i < T::kAIters; ++i) {
-      const int ih = a_ih[i] + r * p.dil_h, iw = a_iw[i] + s * p.dil_w;
-      const bool inside = q_ok && a_ok[i] && ih >= 0 && ih < p.h && iw >= 0 && iw < p.w;
-      const uint8_t* src = inside ? a_img[i] + (static_cast<int64_t>(ih) * p.w + iw) * p.c + c0 : x;
+      bool inside;
+      const uint8_t* src = rows.a_src(p, x, i, c, inside);
       uint8_t* dst = sa + (row0 + T::kRowStep * i) * kRowBytes + j * 16;
       if constexpr (kHalf) {
-        copy_half_chunks(dst, src, inside, c0 + 16 <= p.c);
+        copy_half_chunks(dst, src, inside, c.c0 + 16 <= p.c);
       } else {
         cp_async16(dst, src, inside);
       }
     }
 #pragma unroll
     for (int i = 0; i < T::kBIters; ++i) {
-      const bool ok = q_ok && b_ok[i];
+      bool ok;
+      const uint8_t* src = rows.template b_src<kHalf>(p, w, i, c, ok);
       uint8_t* dst = sb + (row0 + T::kRowStep * i) * kRowBytes + j * 16;
       if constexpr (kHalf) {
-        // KRSC rows: tap `tap` starts at byte tap c, not at 16 c_chunks.
-        copy_half_chunks(dst, ok ? b_row[i] + tap * p.c + c0 : w, ok, c0 + 16 <= p.c);
+        copy_half_chunks(dst, src, ok, c.c0 + 16 <= p.c);
       } else {
-        cp_async16(dst, ok ? b_row[i] + q * 16 : w, ok);
+        cp_async16(dst, src, ok);
       }
     }
   };
@@ -440,6 +290,14 @@ __global__ void q8_split_finish_kernel(MmaParams p, int splits, const float* w_s
     store_16_channels<false>([&](int e) { return __int2float_rn(sum[e]); }, p.vec_out, res, k_base, i0, p,
                              w_scale, bias, residual, y);
   }
+}
+
+template <typename Y>
+Status launch_split_finish(const MmaParams& p, int splits, const float* w_scale, const float* bias,
+                           const uint8_t* residual, Y* y, cudaStream_t stream) {
+  const int64_t pieces = p.m_total * ((p.k + 15) / 16);
+  q8_split_finish_kernel<Y><<<grid_for(pieces), kThreads, 0, stream>>>(p, splits, w_scale, bias, residual, y);
+  return check_launch("launch_q8_mma_conv", "q8_split_finish_kernel");
 }
 
 // The 3x3 convolution of 64 channels into 64 (stride 1, dilation 1, pads 1: ResNet's layer1), tactic
@@ -584,38 +442,6 @@ Status check_fp8_device() {
   return Status::ok();
 }
 
-// Per device ordinal: its SM count once a kernel's dynamic shared-memory limit is set there, 0
-// before.
-using DeviceSms = std::array<std::atomic<int>, 64>;
-
-// Raises `kernel`'s dynamic shared-memory limit to `bytes` on the current device, once per device
-// (`ready`; the attribute is per device context, and setting it is no stream operation, so it also
-// works while a CUDA graph is being captured), and gives the device's SM count.
-template <typename Kernel>
-Result<int> prepare_device(Kernel kernel, int bytes, DeviceSms& ready) {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status::unavailable("launch_q8_mma_conv: cannot read the current device.");
-  }
-  std::atomic<int>* known = device >= 0 && device < static_cast<int>(ready.size()) ? &ready[device] : nullptr;
-  if (known)
-    if (const int sms = known->load(std::memory_order_relaxed); sms > 0) return sms;
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status::unavailable("launch_q8_mma_conv: cannot read the device's SM count.");
-  }
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status::device_error("launch_q8_mma_conv: cannot allow " + std::to_string(bytes) +
-                                " bytes of shared memory per block: " + cudaGetErrorString(e));
-  }
-  if (known) known->store(sms, std::memory_order_relaxed);
-  return sms;
-}
-
 // dp4a-q8:1x1, the 1x1 INT8 convolutions over few channels (c a multiple of 8 up to 32, stride 1,
 // no padding, k a multiple of 16, INT8 outputs): MobileNetV2's expand layers over 16, 24 and 32
 // channels and its first project layer. On the tensor-core tiles each thread block runs one K stage
@@ -722,19 +548,6 @@ Status launch_small_k(const MmaParams& p, const uint8_t* x, const uint8_t* w, co
   }
 }
 
-// How many splits of K a launch of `blocks` thread blocks over `k_stages` stages takes: where the
-// blocks fill less than half the GPU (a batch of one or a few images: ResNet-18's INT8 plan took
-// 0.578 ms at batch 1 on the H100 against 0.157 ms in FP16, its last layers a few blocks each with
-// 72 stages of K), enough splits to reach one block per SM, each at least 4 stages, at most 16,
-// and their int32 sums within the workspace. 1: no split.
-int split_k(int64_t blocks, int k_stages, int64_t m_total, int64_t k, int sms, int64_t workspace_bytes) {
-  if (2 * blocks > sms) return 1;
-  int64_t splits = std::min<int64_t>({sms / blocks, k_stages / 4, 16});
-  while (splits > 1 && splits * m_total * k * static_cast<int64_t>(sizeof(int32_t)) > workspace_bytes)
-    --splits;
-  return static_cast<int>(std::max<int64_t>(splits, 1));
-}
-
 template <typename T, bool kFp8, bool kHalf, typename Y>
 Status launch_tile_as(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale,
                       const float* bias, const uint8_t* residual, Y* y, cudaStream_t stream, void* workspace,
@@ -744,19 +557,14 @@ Status launch_tile_as(MmaParams p, const uint8_t* x, const uint8_t* w, const flo
                           prepare_device(q8_mma_conv_kernel<T, kFp8, Y, kHalf>, T::kSmemBytes, ready));
   p.n_tiles = (p.k + T::BN - 1) / T::BN;
   const int64_t blocks = (p.m_total + T::BM - 1) / T::BM * p.n_tiles;
-  const int k_stages = (p.k_chunks * 16 + kBK - 1) / kBK;
-  int splits = kFp8 || !workspace ? 1 : split_k(blocks, k_stages, p.m_total, p.k, sms, workspace_bytes);
-  p.kt_per_split = (k_stages + splits - 1) / splits;
-  splits = (k_stages + p.kt_per_split - 1) / p.kt_per_split;  // none left empty
-  p.partial = splits > 1 ? static_cast<int32_t*>(workspace) : nullptr;
+  const int splits =
+      plan_split_k(p, blocks, (p.k_chunks * 16 + kBK - 1) / kBK, kFp8, sms, workspace, workspace_bytes);
   q8_mma_conv_kernel<T, kFp8, Y, kHalf>
       <<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(splits)), T::kThreads, T::kSmemBytes,
          stream>>>(p, x, w, w_scale, bias, residual, y);
   GPULAB_TRY(check_launch("launch_q8_mma_conv", "q8_mma_conv_kernel"));
   if (splits == 1) return Status::ok();
-  const int64_t pieces = p.m_total * ((p.k + 15) / 16);
-  q8_split_finish_kernel<Y><<<grid_for(pieces), kThreads, 0, stream>>>(p, splits, w_scale, bias, residual, y);
-  return check_launch("launch_q8_mma_conv", "q8_split_finish_kernel");
+  return launch_split_finish(p, splits, w_scale, bias, residual, y, stream);
 }
 
 template <typename T, bool kFp8, typename Y>
@@ -789,6 +597,11 @@ Status launch_patch(const MmaParams& p, int64_t n, const uint8_t* x, const uint8
 
 }  // namespace
 
+Status q8mma::launch_q8_split_finish(const MmaParams& p, int splits, const float* w_scale, const float* bias,
+                                     const uint8_t* residual, uint8_t* y, cudaStream_t stream) {
+  return launch_split_finish(p, splits, w_scale, bias, residual, y, stream);
+}
+
 std::span<const std::string_view> q8_mma_tactics() {
   return kTactics;
 }
@@ -819,6 +632,9 @@ Result<size_t> tactic_for(std::string_view tactic, const Q8ConvDesc& d) {
     return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
                                " runs INT8 1x1 convolutions of 8 to 32 channels (a multiple of 8) into a "
                                "multiple of 16, stride 1, no padding, INT8 outputs only.");
+  if (index >= kWgmmaFirst && d.c % 16 != 0)
+    return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
+                               " runs layers of a multiple of 16 input channels only.");
   return index;
 }
 
@@ -881,11 +697,14 @@ Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const vo
         return launch_tile<TallTile, kFp8>(p, xb, wb, w_scale, bias, rb, yb, stream, workspace,
                                            workspace_bytes);
       case 4: return launch_patch<kFp8>(p, d.n, xb, wb, w_scale, bias, rb, yb, stream);
-      default:
+      case 5:
         if (!is_aligned(y, 16) || (rb && !is_aligned(rb, 16)))
           return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
                                      " needs 16-byte aligned outputs and residuals.");
         return launch_small_k(p, xb, wb, w_scale, bias, rb, yb, stream);
+      default:
+        return launch_q8_wgmma(index - kWgmmaFirst, kFp8, p, xb, wb, w_scale, bias, rb, yb, stream, workspace,
+                               workspace_bytes);
     }
     return dispatch_output(d.y_dtype, [&](auto tag) -> Status {
       using Y = decltype(tag);

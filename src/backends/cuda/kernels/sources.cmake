@@ -16,4 +16,5 @@ set(GPULAB_CUDA_KERNEL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/view_kernel_desc.cc
   ${CMAKE_CURRENT_LIST_DIR}/view_kernels.cu)
 # Compiled for sm_90a alone, into an object library of its own (src/backends/cuda/CMakeLists.txt).
-set(GPULAB_CUDA_SM90A_SOURCES ${CMAKE_CURRENT_LIST_DIR}/stem_rows_sm90.cu)
+set(GPULAB_CUDA_SM90A_SOURCES ${CMAKE_CURRENT_LIST_DIR}/stem_rows_sm90.cu
+                              ${CMAKE_CURRENT_LIST_DIR}/quant_wgmma_sm90.cu)
