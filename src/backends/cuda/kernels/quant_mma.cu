@@ -632,9 +632,9 @@ Result<size_t> tactic_for(std::string_view tactic, const Q8ConvDesc& d) {
     return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
                                " runs INT8 1x1 convolutions of 8 to 32 channels (a multiple of 8) into a "
                                "multiple of 16, stride 1, no padding, INT8 outputs only.");
-  if (index >= kWgmmaFirst && d.c % 16 != 0)
+  if (index >= kWgmmaFirst && (d.x_dtype != DataType::kInt8 || d.c % 16 != 0))
     return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
-                               " runs layers of a multiple of 16 input channels only.");
+                               " runs INT8 layers of a multiple of 16 input channels only.");
   return index;
 }
 
@@ -703,7 +703,7 @@ Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const vo
                                      " needs 16-byte aligned outputs and residuals.");
         return launch_small_k(p, xb, wb, w_scale, bias, rb, yb, stream);
       default:
-        return launch_q8_wgmma(index - kWgmmaFirst, kFp8, p, xb, wb, w_scale, bias, rb, yb, stream, workspace,
+        return launch_q8_wgmma(index - kWgmmaFirst, p, xb, wb, w_scale, bias, rb, yb, stream, workspace,
                                workspace_bytes);
     }
     return dispatch_output(d.y_dtype, [&](auto tag) -> Status {

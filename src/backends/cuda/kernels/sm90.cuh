@@ -1,5 +1,5 @@
 // Device helpers shared by gpulab's sm_90a kernels (wgmma_conv.cu, kernels/stem_rows_sm90.cu):
-// a named barrier among some of a block's warps, and wgmma's shared-memory operand descriptor.
+// a named barrier among some of a block's warps, and wgmma's shared-memory operand descriptors.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,20 @@ __device__ __forceinline__ uint64_t make_desc(const void* smem, int lead_bytes, 
   desc.bitfield.stride_byte_offset_ = static_cast<uint16_t>(stride_bytes >> 4);
   desc.bitfield.base_offset_ = 0;
   desc.bitfield.layout_type_ = static_cast<uint8_t>(cute::SM90::GMMA::LayoutType::INTERLEAVE);
+  return desc.desc_;
+}
+
+// A K-major wgmma descriptor for the 128-byte swizzle: rows of 128 bytes, each 16-byte chunk c of
+// row r stored at chunk c ^ (r % 8), in 1024-byte atoms of 8 rows (`smem` within an atom aligned to
+// 1024 but for the K offset of the step, 32 bytes a step of 32 bytes); the stride offset is between
+// 8-row groups, the leading offset unused by this layout (16 bytes, as CUTLASS writes it).
+__device__ __forceinline__ uint64_t make_desc_sw128(const void* smem, int stride_bytes) {
+  cute::GmmaDescriptor desc;
+  desc.bitfield.start_address_ = static_cast<uint16_t>(cute::cast_smem_ptr_to_uint(smem) >> 4);
+  desc.bitfield.leading_byte_offset_ = 1;
+  desc.bitfield.stride_byte_offset_ = static_cast<uint16_t>(stride_bytes >> 4);
+  desc.bitfield.base_offset_ = 0;
+  desc.bitfield.layout_type_ = static_cast<uint8_t>(cute::SM90::GMMA::LayoutType::B128);
   return desc.desc_;
 }
 
