@@ -23,6 +23,9 @@
 //                   nine taps, weights resident (q8_conv3x3_patch_kernel below)
 //   dp4a-q8:1x1     not the tensor cores: INT8 1x1 convolutions over 8-32 channels, where a tile's
 //                   64-byte K stage would be mostly zeros (q8_conv1x1_dp4a_kernel below)
+//   wgmma-q8:64x128, wgmma-q8:128x128, wgmma-q8:128x256
+//                   the same GEMM on Hopper's wgmma, INT8 only (quant_wgmma_sm90.cu, compiled
+//                   for sm_90a; unsupported at launch elsewhere)
 // Why larger tiles: every stage brings (BM + BN) x 64 bytes from L2 for BM x BN x 64 multiply-adds,
 // so 128 x 64 moves 43 multiply-adds per byte, 256 x 64 51, 128 x 128 64 and 256 x 128 85 (where
 // the layer has that many output channels: ResNet's layer1 has 64). If L2 delivers some 5-7 TB/s
