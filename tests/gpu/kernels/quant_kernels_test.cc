@@ -302,16 +302,12 @@ std::vector<ConvCase> mma_conv_cases(DataType q) {
   return cases;
 }
 
-int compute_capability() {
+bool device_has_fp8_mma() {
   int device = 0, major = 0, minor = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  return major * 10 + minor;
-}
-
-bool device_has_fp8_mma() {
-  return compute_capability() >= 89;
+  return major * 10 + minor >= 89;
 }
 
 // `mma`: launch_q8_mma_conv with each of its tiles on mma_conv_cases, else launch_q8_conv on
@@ -364,7 +360,7 @@ void check_conv(DataType q, bool mma = false) {
           EXPECT_EQ(q8_mma_tactic_supports(tactic, d).code(), StatusCode::kUnsupported);
           continue;
         }
-        if (tactic.starts_with("wgmma-q8:") && compute_capability() != 90) {  // sm_90a code
+        if (tactic.starts_with("wgmma-q8:") && !testing::is_sm90()) {  // sm_90a code
           EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.to_string();
           continue;
         }

@@ -433,14 +433,8 @@ __global__ void __launch_bounds__(patch::kThreads)
 
 // OK when the current device runs the FP8 tensor-core instructions (sm_89 and newer).
 Status check_fp8_device() {
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status::unavailable("launch_q8_conv: cannot read the current device's compute capability.");
-  }
-  if (major * 10 + minor < 89)
+  GPULAB_ASSIGN_OR_RETURN(const int cc, current_compute_capability("launch_q8_conv"));
+  if (cc < 89)
     return Status::unsupported("launch_q8_conv: the FP8 tensor-core convolution needs sm_89 or newer.");
   return Status::ok();
 }

@@ -218,6 +218,20 @@ __device__ __forceinline__ void finish_fragment(const Acc (&acc)[kWarpN / 8][4],
   }
 }
 
+// The current device's compute capability as 10 major + minor; unavailable (naming `launcher`)
+// where it cannot be read.
+inline Result<int> current_compute_capability(const char* launcher) {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::unavailable(std::string(launcher) +
+                               ": cannot read the current device's compute capability.");
+  }
+  return 10 * major + minor;
+}
+
 // Per device ordinal: its SM count once a kernel's dynamic shared-memory limit is set there, 0
 // before.
 using DeviceSms = std::array<std::atomic<int>, 64>;

@@ -206,19 +206,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 }
 
 // The tiles, in kWgmmaTiles' order: pixels x channels, stages, thread blocks per SM.
-template <int BM, int BN, int Stages, int MinBlocks>
-struct TileSpec {
-  static constexpr int kBM = BM, kBN = BN, kStages = Stages, kMinBlocks = MinBlocks;
-};
-using Tile64x128 = TileSpec<64, 128, 4, 2>;
-using Tile128x128 = TileSpec<128, 128, 6, 1>;
-using Tile128x256 = TileSpec<128, 256, 4, 1>;
+using Tile64x128 = WgmmaTile<64, 128, 4, 2>;
+using Tile128x128 = WgmmaTile<128, 128, 6, 1>;
+using Tile128x256 = WgmmaTile<128, 256, 4, 1>;
 
-template <typename Spec>
+template <typename T>
 Status launch_as(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale, const float* bias,
                  const uint8_t* residual, uint8_t* y, cudaStream_t stream, void* workspace,
                  int64_t workspace_bytes) {
-  using T = WgmmaTile<Spec::kBM, Spec::kBN, Spec::kStages, Spec::kMinBlocks>;
   static DeviceSms ready{};
   GPULAB_ASSIGN_OR_RETURN(const int sms, prepare_device(q8_wgmma_conv_kernel<T>, T::kSmemBytes, ready));
   p.n_tiles = (p.k + T::BN - 1) / T::BN;
@@ -234,14 +229,8 @@ Status launch_as(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w
 
 // OK on a GPU of compute capability 9.0 (sm_90a code runs there alone).
 Status check_sm90() {
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status::unavailable("launch_q8_mma_conv: cannot read the current device's compute capability.");
-  }
-  if (major != 9 || minor != 0)
+  GPULAB_ASSIGN_OR_RETURN(const int cc, current_compute_capability("launch_q8_mma_conv"));
+  if (cc != 90)
     return Status::unsupported("launch_q8_mma_conv: the wgmma tiles run on compute capability 9.0 only.");
   return Status::ok();
 }
