@@ -546,7 +546,9 @@ Status ViewLowering::lower_linear(const Node& node) {
   if (st.pointwise == PointwiseFn::kIdentity) {
     if (const Node* add = only_reader(out, OpType::kAdd)) {
       const std::string other = add->input(0) == out ? add->input(1) : add->input(0);
-      auto rl = a_.graph.is_initializer(other) ? Result<Layout>(Status::ok()) : layout(node, other);
+      auto rl = a_.graph.is_initializer(other)
+                    ? Result<Layout>(Status::unsupported("a constant addend has no layout"))
+                    : layout(node, other);
       if (!a_.graph.is_initializer(other) && rl.is_ok() && rl->value >= 0 && rl->view.dims == dims &&
           a_.plan.values[static_cast<size_t>(rl->value)].dtype == a_.dtype) {
         auto rv = reshape_view(permute_view(rl->view, std::vector<int64_t>(order.begin(), order.end())),

@@ -105,7 +105,7 @@ Status for_each_chunk(const Plan& plan, const BatchSource& source, const Chunkin
   const auto work = [&] {
     for (size_t j = next++; j < chunks.size(); j = next++) {
       const int64_t count = chunks.count(j);
-      Result<std::vector<float>> input = Status::ok();
+      Result<std::vector<float>> input = std::vector<float>{};  // replaced under the lock
       {
         std::lock_guard lock(mutex);
         input = source(chunks.first(j), count);
