@@ -33,17 +33,19 @@ inline constexpr std::string_view kDepthwiseTactic = "depthwise";
 // runs any 8-bit layer.
 inline constexpr std::string_view kQ8DirectTactic = "direct-q8";
 inline constexpr std::string_view kQ8MmaTactic = "mma-q8";
-// "dp4a-q8:1x1": launch_q8_mma_conv's kernel for 1x1 layers over few channels, on __dp4a; and
-// "wgmma-q8:<tile>", the same implicit GEMM on Hopper's wgmma (sm_90 only). Both among
-// q8_mma_tactics(), chosen the same way.
+// "dp4a-q8:1x1": launch_q8_mma_conv's kernel for 1x1 layers over few channels, on __dp4a;
+// "wgmma-q8:<tile>", the same implicit GEMM on Hopper's wgmma; and "cutlass-q8:<tile>", CUTLASS's
+// Hopper implicit GEMM with the same epilogue (both sm_90 only). All among q8_mma_tactics(), chosen
+// the same way.
 inline constexpr std::string_view kQ8SmallKTactic = "dp4a-q8:1x1";
 inline constexpr std::string_view kQ8WgmmaTactic = "wgmma-q8";
+inline constexpr std::string_view kQ8CutlassTactic = "cutlass-q8";
 inline bool is_q8_mma_tactic(std::string_view tactic) {
   const auto tile_of = [tactic](std::string_view kernel) {
     return tactic.starts_with(kernel) && tactic.substr(kernel.size()).starts_with(':');
   };
   return tactic == kQ8MmaTactic || tactic == kQ8SmallKTactic || tile_of(kQ8MmaTactic) ||
-         tile_of(kQ8WgmmaTactic);
+         tile_of(kQ8WgmmaTactic) || tile_of(kQ8CutlassTactic);
 }
 inline bool is_q8_tactic(std::string_view tactic) {
   return tactic == kQ8DirectTactic || is_q8_mma_tactic(tactic);

@@ -847,8 +847,10 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         report.candidate_build_s, report.candidates_built, report.timing_s, report.timing_runs);
   if (q8_layers > 0)
     log_info(
-        "tactics: {} INT8/FP8 layers on the tensor-core kernels or {} ({}, {}), {} on the direct one ({})",
-        q8_mma, kQ8SmallKTactic, kQ8MmaTactic, kQ8WgmmaTactic, q8_layers - q8_mma, kQ8DirectTactic);
+        "tactics: {} INT8/FP8 layers on the tensor-core kernels or {} ({}, {}, {}), {} on the direct one "
+        "({})",
+        q8_mma, kQ8SmallKTactic, kQ8MmaTactic, kQ8WgmmaTactic, kQ8CutlassTactic, q8_layers - q8_mma,
+        kQ8DirectTactic);
   return report;
 }
 

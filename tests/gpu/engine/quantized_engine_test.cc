@@ -2,7 +2,8 @@
 // saved (src/plan/interpret.h emulates the 8-bit arithmetic of src/core/quant.h):
 //  - INT8 logits bit for bit: every step of an INT8 plan (quantizing input conversion, convolutions
 //    and Gemm with exact int32 sums and quant.h's epilogue, on the tensor-core kernel ("mma-q8",
-//    "mma-q8:<tile>" or "wgmma-q8:<tile>", whichever tile tactic timing picked) or "dp4a-q8:1x1"
+//    "mma-q8:<tile>", "wgmma-q8:<tile>" or "cutlass-q8:<tile>", whichever tile tactic timing
+//    picked) or "dp4a-q8:1x1"
 //    where they run the layer and the direct one elsewhere, max and global pools, casts) follows
 //    quant.h step by step on both sides.
 //  - FP8 logits within 1e-2 (relative L2): the FP8 convolutions sum their products in another
@@ -64,7 +65,8 @@ Pair run_both(const Graph& graph, const BuildOptions& options, const Tensor& inp
   for (const PlanStep& s : plan->steps)
     if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm) && is_quantized(s.precision)) {
       const bool mma = s.tactic == "mma-q8" || s.tactic.starts_with("mma-q8:") ||
-                       s.tactic.starts_with("wgmma-q8:") || s.tactic == "dp4a-q8:1x1";
+                       s.tactic.starts_with("wgmma-q8:") || s.tactic.starts_with("cutlass-q8:") ||
+                       s.tactic == "dp4a-q8:1x1";
       EXPECT_TRUE(s.tactic == "direct-q8" || mma) << s.name << ": " << s.tactic;
       out.mma_layers += mma;
     }

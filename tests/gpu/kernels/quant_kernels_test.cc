@@ -360,7 +360,8 @@ void check_conv(DataType q, bool mma = false) {
           EXPECT_EQ(q8_mma_tactic_supports(tactic, d).code(), StatusCode::kUnsupported);
           continue;
         }
-        if (tactic.starts_with("wgmma-q8:") && !testing::is_sm90()) {  // sm_90a code
+        if ((tactic.starts_with("wgmma-q8:") || tactic.starts_with("cutlass-q8:")) &&
+            !testing::is_sm90()) {  // sm_90a code
           EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.to_string();
           continue;
         }

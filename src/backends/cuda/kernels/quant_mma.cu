@@ -26,6 +26,10 @@
 //   wgmma-q8:64x128, wgmma-q8:128x128, wgmma-q8:128x256
 //                   the same GEMM on Hopper's wgmma, INT8 only (quant_wgmma_sm90.cu, compiled
 //                   for sm_90a; unsupported at launch elsewhere)
+//   cutlass-q8:64x128, cutlass-q8:128x128, cutlass-q8:64x256
+//                   CUTLASS's Hopper implicit GEMM (TMA im2col, wgmma, a producer warp) with
+//                   quant.h's epilogue as an epilogue visitor tree, INT8 in and out only
+//                   (quant_cutlass_sm90.cu, compiled for sm_90a; unsupported elsewhere)
 // Why larger tiles: every stage brings (BM + BN) x 64 bytes from L2 for BM x BN x 64 multiply-adds,
 // so 128 x 64 moves 43 multiply-adds per byte, 256 x 64 51, 128 x 128 64 and 256 x 128 85 (where
 // the layer has that many output channels: ResNet's layer1 has 64). If L2 delivers some 5-7 TB/s
@@ -99,13 +103,15 @@ using WideTile = MmaTile<128, 128, 2, 2, 4>;
 using LargeTile = MmaTile<256, 128, 4, 2, 4>;
 using TallTile = MmaTile<256, 64, 4, 2, 4>;
 
-constexpr std::string_view kTactics[] = {"mma-q8",        "mma-q8:128x128", "mma-q8:256x128",
-                                         "mma-q8:256x64", "mma-q8:3x3c64",  "dp4a-q8:1x1",
-                                         kWgmmaTiles[0],  kWgmmaTiles[1],   kWgmmaTiles[2]};
+constexpr std::string_view kTactics[] = {
+    "mma-q8",       "mma-q8:128x128", "mma-q8:256x128", "mma-q8:256x64",  "mma-q8:3x3c64",  "dp4a-q8:1x1",
+    kWgmmaTiles[0], kWgmmaTiles[1],   kWgmmaTiles[2],   kCutlassTiles[0], kCutlassTiles[1], kCutlassTiles[2]};
 constexpr size_t kPatchTactic = 4;
 constexpr size_t kSmallKTactic = 5;
-constexpr size_t kWgmmaFirst = 6;  // kWgmmaTiles, in their order
-static_assert(std::size(kTactics) == kWgmmaFirst + std::size(kWgmmaTiles));
+constexpr size_t kWgmmaFirst = 6;    // kWgmmaTiles, in their order
+constexpr size_t kCutlassFirst = 9;  // kCutlassTiles, in their order
+static_assert(kCutlassFirst == kWgmmaFirst + std::size(kWgmmaTiles));
+static_assert(std::size(kTactics) == kCutlassFirst + std::size(kCutlassTiles));
 
 // Four 8 x 16-byte matrices: lanes 8j .. 8j + 7 give the row addresses of matrix j, and register j
 // of lane l receives the 4 bytes at offset 4 (l % 4) of row l / 4 of matrix j.
@@ -629,9 +635,14 @@ Result<size_t> tactic_for(std::string_view tactic, const Q8ConvDesc& d) {
     return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
                                " runs INT8 1x1 convolutions of 8 to 32 channels (a multiple of 8) into a "
                                "multiple of 16, stride 1, no padding, INT8 outputs only.");
-  if (index >= kWgmmaFirst && (d.x_dtype != DataType::kInt8 || d.c % 16 != 0))
+  if (index >= kWgmmaFirst && index < kCutlassFirst && (d.x_dtype != DataType::kInt8 || d.c % 16 != 0))
     return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
                                " runs INT8 layers of a multiple of 16 input channels only.");
+  if (index >= kCutlassFirst &&
+      (d.x_dtype != DataType::kInt8 || d.y_dtype != DataType::kInt8 || d.c % 16 != 0 || d.k % 16 != 0))
+    return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
+                               " runs INT8 layers of multiples of 16 input and output channels, INT8 "
+                               "outputs only.");
   return index;
 }
 
@@ -700,6 +711,13 @@ Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const vo
                                      " needs 16-byte aligned outputs and residuals.");
         return launch_small_k(p, xb, wb, w_scale, bias, rb, yb, stream);
       default:
+        if (index >= kCutlassFirst) {
+          if (!is_aligned(y, 16) || (rb && !is_aligned(rb, 16)) || !is_aligned(w_scale, 16) ||
+              (bias && !is_aligned(bias, 16)))
+            return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
+                                       " needs 16-byte aligned outputs, residuals, scales and biases.");
+          return launch_q8_cutlass(index - kCutlassFirst, d, p, xb, wb, w_scale, bias, rb, yb, stream);
+        }
         return launch_q8_wgmma(index - kWgmmaFirst, p, xb, wb, w_scale, bias, rb, yb, stream, workspace,
                                workspace_bytes);
     }

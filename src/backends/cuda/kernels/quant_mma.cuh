@@ -303,4 +303,14 @@ Status launch_q8_wgmma(size_t tile, const MmaParams& p, const uint8_t* x, const 
                        const float* w_scale, const float* bias, const uint8_t* residual, uint8_t* y,
                        cudaStream_t stream, void* workspace, int64_t workspace_bytes);
 
+// CUTLASS's Hopper INT8 implicit GEMM with quant.h's epilogue (quant_cutlass_sm90.cu), `tile` an
+// index into kCutlassTiles: INT8 operands, residual and output, c and k multiples of 16.
+// Unsupported on any GPU but compute capability 9.0, or where CUTLASS's can_implement refuses the
+// layer. Never splits K.
+inline constexpr std::string_view kCutlassTiles[] = {"cutlass-q8:64x128", "cutlass-q8:128x128",
+                                                     "cutlass-q8:64x256"};
+Status launch_q8_cutlass(size_t tile, const Q8ConvDesc& d, const MmaParams& p, const uint8_t* x,
+                         const uint8_t* w, const float* w_scale, const float* bias, const uint8_t* residual,
+                         uint8_t* y, cudaStream_t stream);
+
 }  // namespace gpulab::kernels::q8mma

@@ -17,4 +17,5 @@ set(GPULAB_CUDA_KERNEL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/view_kernels.cu)
 # Compiled for sm_90a alone, into an object library of its own (src/backends/cuda/CMakeLists.txt).
 set(GPULAB_CUDA_SM90A_SOURCES ${CMAKE_CURRENT_LIST_DIR}/stem_rows_sm90.cu
-                              ${CMAKE_CURRENT_LIST_DIR}/quant_wgmma_sm90.cu)
+                              ${CMAKE_CURRENT_LIST_DIR}/quant_wgmma_sm90.cu
+                              ${CMAKE_CURRENT_LIST_DIR}/quant_cutlass_sm90.cu)

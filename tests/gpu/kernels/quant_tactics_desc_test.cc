@@ -1,0 +1,62 @@
+// Host-side rules of the 8-bit tensor-core tactics: every name q8_mma_tactics() offers is one the
+// plan format and the conv step accept as an 8-bit tactic (engine.cc refuses a plan whose INT8
+// layer names anything else), and which tiles take which layers (q8_mma_tactic_supports). Needs
+// the CUDA build but no GPU: nothing here reaches the device.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backends/cuda/kernels/quant_kernels.h"
+#include "runtime/conv_step.h"
+
+namespace gpulab::kernels {
+namespace {
+
+// ResNet-18's layer2 3x3 convolution at batch 8, INT8 in and out, with a residual.
+Q8ConvDesc layer2() {
+  Q8ConvDesc d{.n = 8, .h = 28, .w = 28, .c = 128, .k = 128, .r = 3, .s = 3, .out_h = 28, .out_w = 28};
+  d.pads = {1, 1, 1, 1};
+  d.has_residual = true;
+  d.activation = Activation::kRelu;
+  return d;
+}
+
+TEST(QuantTactics, EveryTileIsAnEightBitTacticOfTheConvStep) {
+  for (const std::string_view t : q8_mma_tactics()) {
+    EXPECT_TRUE(is_q8_mma_tactic(t)) << t;
+    EXPECT_TRUE(is_q8_tactic(t)) << t;
+    EXPECT_EQ(conv_kernel_of_tactic(t), ConvKernel::kQ8Mma) << t;
+  }
+  // The FP16 CUTLASS tactics ("cutlass:<tile>") are not 8-bit ones, nor the other way.
+  EXPECT_FALSE(is_q8_tactic("cutlass:128x64x32_s4"));
+  EXPECT_NE(conv_kernel_of_tactic("cutlass-q8:128x128"), ConvKernel::kCutlass);
+  EXPECT_FALSE(is_q8_mma_tactic("cutlass-q8"));  // a tile is required
+}
+
+TEST(QuantTactics, CutlassTilesTakeInt8LayersOfSixteenChannelMultiples) {
+  int cutlass_tiles = 0;
+  for (const std::string_view t : q8_mma_tactics()) {
+    if (!t.starts_with("cutlass-q8:")) continue;
+    ++cutlass_tiles;
+    SCOPED_TRACE(std::string(t));
+    EXPECT_TRUE(q8_mma_tactic_supports(t, layer2()).is_ok())
+        << q8_mma_tactic_supports(t, layer2()).to_string();
+    Q8ConvDesc fp8 = layer2();
+    fp8.x_dtype = fp8.y_dtype = DataType::kFp8E4M3;
+    EXPECT_EQ(q8_mma_tactic_supports(t, fp8).code(), StatusCode::kUnsupported);
+    Q8ConvDesc float_out = layer2();
+    float_out.y_dtype = DataType::kFloat16;
+    float_out.has_residual = false;
+    EXPECT_EQ(q8_mma_tactic_supports(t, float_out).code(), StatusCode::kUnsupported);
+    Q8ConvDesc c24 = layer2();  // MobileNetV2's 24-channel layers: rows of 24 bytes, not TMA's 16s
+    c24.c = 24;
+    EXPECT_EQ(q8_mma_tactic_supports(t, c24).code(), StatusCode::kUnsupported);
+    Q8ConvDesc k24 = layer2();
+    k24.k = 24;
+    EXPECT_EQ(q8_mma_tactic_supports(t, k24).code(), StatusCode::kUnsupported);
+  }
+  EXPECT_EQ(cutlass_tiles, 3);
+}
+
+}  // namespace
+}  // namespace gpulab::kernels
