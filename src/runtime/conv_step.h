@@ -50,6 +50,18 @@ inline bool is_q8_mma_tactic(std::string_view tactic) {
 inline bool is_q8_tactic(std::string_view tactic) {
   return tactic == kQ8DirectTactic || is_q8_mma_tactic(tactic);
 }
+// Whether `tactic` starts with one of the comma-separated names in `list` (GPULAB_SKIP_Q8_TACTICS:
+// "cutlass-q8" names every CUTLASS tile, "wgmma-q8:64x128" one tile). Empty items match nothing.
+inline bool tactic_in_list(std::string_view list, std::string_view tactic) {
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    if (!item.empty() && tactic.starts_with(item)) return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return false;
+}
 // CUTLASS tactics are "cutlass:<tile>" (cuda::cutlass_conv_tactics()).
 inline constexpr std::string_view kCutlassTacticPrefix = "cutlass:";
 // The wgmma 3x3 convolution's are "wgmma-conv3x3:<variant>" (cuda::wgmma_conv_tactics()).

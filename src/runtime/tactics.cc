@@ -677,6 +677,14 @@ Status select_conv_tactic(const SelectionContext& c, PlanStep& step, TacticRepor
   return Status::ok();
 }
 
+// GPULAB_SKIP_Q8_TACTICS: a comma-separated list of 8-bit tactic names or name prefixes that
+// tactic selection does not try ("cutlass-q8,wgmma-q8:64x128"), for a tile that fails on some GPU
+// or to compare plans without it. Empty when unset.
+std::string q8_tactics_to_skip() {
+  const char* env = std::getenv("GPULAB_SKIP_Q8_TACTICS");
+  return env ? std::string(env) : std::string();
+}
+
 // The tactic of an INT8/FP8 kConv or kGemm (conv_step.h). One of kernels::q8_mma_tactics() (the
 // tensor-core kernels' thread-block tiles, mma.sync and wgmma, and dp4a-q8:1x1) where
 // kernels::validate_q8_mma accepts the layer at the plan's max batch, and only a tile that has computed what
@@ -740,7 +748,12 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, int& on_mma) 
   }
   GPULAB_TRY(fetch(rig.y.buffer.get(), direct));
   std::vector<std::string_view> agreeing;
+  const std::string skip = q8_tactics_to_skip();
   for (const std::string_view tactic : kernels::q8_mma_tactics()) {
+    if (tactic_in_list(skip, tactic)) {
+      log_debug("tactics: {}: {} skipped (GPULAB_SKIP_Q8_TACTICS)", step.name, tactic);
+      continue;
+    }
     Status ran = run(check, tactic, rig.y2.buffer.get());
     if (ran.is_ok()) ran = fetch(rig.y2.buffer.get(), mma);
     // Unsupported: a tactic that does not run this layer (kernels::q8_mma_tactic_supports: the

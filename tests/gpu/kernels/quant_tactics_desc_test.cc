@@ -33,6 +33,16 @@ TEST(QuantTactics, EveryTileIsAnEightBitTacticOfTheConvStep) {
   EXPECT_FALSE(is_q8_mma_tactic("cutlass-q8"));  // a tile is required
 }
 
+TEST(QuantTactics, SkipListMatchesNamesAndPrefixes) {
+  EXPECT_TRUE(tactic_in_list("cutlass-q8", "cutlass-q8:128x128"));
+  EXPECT_TRUE(tactic_in_list("mma-q8:256x64,cutlass-q8", "cutlass-q8:64x256"));
+  EXPECT_TRUE(tactic_in_list("wgmma-q8:64x128", "wgmma-q8:64x128"));
+  EXPECT_FALSE(tactic_in_list("wgmma-q8:64x128", "wgmma-q8:128x128"));
+  EXPECT_FALSE(tactic_in_list("", "mma-q8"));
+  EXPECT_FALSE(tactic_in_list(",,", "mma-q8"));  // empty items match nothing
+  EXPECT_FALSE(tactic_in_list("cutlass-q8", "mma-q8:128x128"));
+}
+
 TEST(QuantTactics, CutlassTilesTakeInt8LayersOfSixteenChannelMultiples) {
   int cutlass_tiles = 0;
   for (const std::string_view t : q8_mma_tactics()) {
