@@ -686,7 +686,7 @@ std::string q8_tactics_to_skip() {
 }
 
 // The tactic of an INT8/FP8 kConv or kGemm (conv_step.h). One of kernels::q8_mma_tactics() (the
-// tensor-core kernels' thread-block tiles, mma.sync and wgmma, and dp4a-q8:1x1) where
+// tensor-core kernels' thread-block tiles, mma.sync, wgmma and CUTLASS's, and dp4a-q8:1x1) where
 // kernels::validate_q8_mma accepts the layer at the plan's max batch, and only a tile that has computed what
 // the direct kernel computes, on the layer's own weights and a seeded random input of up to 4 images
 // (q8_difference says how close); with time_tactics, the fastest such tile, if it beats the direct kernel at

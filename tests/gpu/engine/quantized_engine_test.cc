@@ -28,6 +28,7 @@
 #include "plan/plan.h"
 #include "quant/calibration.h"
 #include "residual_net.h"
+#include "runtime/conv_step.h"
 #include "runtime/runtime.h"
 #include "test_support.h"
 
@@ -64,9 +65,7 @@ Pair run_both(const Graph& graph, const BuildOptions& options, const Tensor& inp
   if (!plan.is_ok() || !context.is_ok()) return out;
   for (const PlanStep& s : plan->steps)
     if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm) && is_quantized(s.precision)) {
-      const bool mma = s.tactic == "mma-q8" || s.tactic.starts_with("mma-q8:") ||
-                       s.tactic.starts_with("wgmma-q8:") || s.tactic.starts_with("cutlass-q8:") ||
-                       s.tactic == "dp4a-q8:1x1";
+      const bool mma = is_q8_mma_tactic(s.tactic);
       EXPECT_TRUE(s.tactic == "direct-q8" || mma) << s.name << ": " << s.tactic;
       out.mma_layers += mma;
     }

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "backends/cuda/kernels/quant.cuh"
 #include "backends/cuda/kernels/quant_mma.cuh"
@@ -42,7 +43,6 @@
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
-#include "cutlass/kernel_hardware_info.hpp"
 
 namespace gpulab::kernels::q8mma {
 namespace {
@@ -52,7 +52,6 @@ using cutlass::epilogue::fusion::Sm90AccFetch;
 using cutlass::epilogue::fusion::Sm90Compute;
 using cutlass::epilogue::fusion::Sm90EVT;
 using cutlass::epilogue::fusion::Sm90RowBroadcast;
-using cutlass::epilogue::fusion::Sm90VisitorImpl;
 
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
@@ -211,16 +210,13 @@ Status launch_as(const Q8ConvDesc& d, const MmaParams& p, const uint8_t* x, cons
   // is never read (Q8ResidualFetch).
   args.epilogue.ptr_C = reinterpret_cast<const int8_t*>(residual ? residual : y);
   args.epilogue.ptr_D = reinterpret_cast<int8_t*>(y);
-  using StrideC = typename Conv::ConvKernel::StrideC;
-  using StrideD = typename Conv::ConvKernel::StrideD;
-  StrideC stride_c{};
-  StrideD stride_d{};
-  cute::for_each(cute::make_seq<cute::rank<0>(StrideC{})>{}, [&](auto r) {
-    cute::get<0, r>(stride_c) = problem.stride_C[T::Problem::RankT - 2 - r];
-    cute::get<0, r>(stride_d) = problem.stride_C[T::Problem::RankT - 2 - r];
-  });
-  args.epilogue.dC = stride_c;
-  args.epilogue.dD = stride_d;
+  using Stride = typename Conv::ConvKernel::StrideC;
+  static_assert(std::is_same_v<Stride, typename Conv::ConvKernel::StrideD>);
+  Stride stride{};
+  cute::for_each(cute::make_seq<cute::rank<0>(Stride{})>{},
+                 [&](auto r) { cute::get<0, r>(stride) = problem.stride_C[T::Problem::RankT - 2 - r]; });
+  args.epilogue.dC = stride;
+  args.epilogue.dD = stride;
   // The tree's arguments, nested as the tree: {{acc, w_scale, bias, Q8Scale}, residual, Q8Finish}.
   args.epilogue.thread = {
       {{}, {w_scale}, {bias}, Q8ScaleArgs{p.x_scale}},
@@ -252,9 +248,7 @@ using Tile64x256 = CutlassQ8Conv<64, 256>;
 Status launch_q8_cutlass(size_t tile, const Q8ConvDesc& d, const MmaParams& p, const uint8_t* x,
                          const uint8_t* w, const float* w_scale, const float* bias, const uint8_t* residual,
                          uint8_t* y, cudaStream_t stream) {
-  GPULAB_ASSIGN_OR_RETURN(const int cc, current_compute_capability("launch_q8_mma_conv"));
-  if (cc != 90)
-    return Status::unsupported("launch_q8_mma_conv: the CUTLASS tiles run on compute capability 9.0 only.");
+  GPULAB_TRY(check_sm90("the CUTLASS tiles"));
   switch (tile) {
     case 0: return launch_as<Tile64x128>(d, p, x, w, w_scale, bias, residual, y, stream);
     case 1: return launch_as<Tile128x128>(d, p, x, w, w_scale, bias, residual, y, stream);

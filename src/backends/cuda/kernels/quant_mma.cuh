@@ -232,6 +232,16 @@ inline Result<int> current_compute_capability(const char* launcher) {
   return 10 * major + minor;
 }
 
+// OK on a GPU of compute capability 9.0, the only one that runs sm_90a code (the wgmma and CUTLASS
+// tiles); unsupported, naming `tiles`, elsewhere.
+inline Status check_sm90(const char* tiles) {
+  GPULAB_ASSIGN_OR_RETURN(const int cc, current_compute_capability("launch_q8_mma_conv"));
+  if (cc != 90)
+    return Status::unsupported(std::string("launch_q8_mma_conv: ") + tiles +
+                               " run on compute capability 9.0 only.");
+  return Status::ok();
+}
+
 // Per device ordinal: its SM count once a kernel's dynamic shared-memory limit is set there, 0
 // before.
 using DeviceSms = std::array<std::atomic<int>, 64>;

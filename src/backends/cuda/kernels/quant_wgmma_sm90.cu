@@ -227,20 +227,12 @@ Status launch_as(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w
   return launch_q8_split_finish(p, splits, w_scale, bias, residual, y, stream);
 }
 
-// OK on a GPU of compute capability 9.0 (sm_90a code runs there alone).
-Status check_sm90() {
-  GPULAB_ASSIGN_OR_RETURN(const int cc, current_compute_capability("launch_q8_mma_conv"));
-  if (cc != 90)
-    return Status::unsupported("launch_q8_mma_conv: the wgmma tiles run on compute capability 9.0 only.");
-  return Status::ok();
-}
-
 }  // namespace
 
 Status launch_q8_wgmma(size_t tile, const MmaParams& p, const uint8_t* x, const uint8_t* w,
                        const float* w_scale, const float* bias, const uint8_t* residual, uint8_t* y,
                        cudaStream_t stream, void* workspace, int64_t workspace_bytes) {
-  GPULAB_TRY(check_sm90());
+  GPULAB_TRY(check_sm90("the wgmma tiles"));
   switch (tile) {
     case 0:
       return launch_as<Tile64x128>(p, x, w, w_scale, bias, residual, y, stream, workspace, workspace_bytes);
