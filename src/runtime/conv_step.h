@@ -8,11 +8,14 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backends/cuda/cudnn_conv.h"
 #include "gpulab/status.h"
@@ -50,17 +53,31 @@ inline bool is_q8_mma_tactic(std::string_view tactic) {
 inline bool is_q8_tactic(std::string_view tactic) {
   return tactic == kQ8DirectTactic || is_q8_mma_tactic(tactic);
 }
-// Whether `tactic` starts with one of the comma-separated names in `list` (GPULAB_SKIP_Q8_TACTICS:
-// "cutlass-q8" names every CUTLASS tile, "wgmma-q8:64x128" one tile). Empty items match nothing.
-inline bool tactic_in_list(std::string_view list, std::string_view tactic) {
-  while (!list.empty()) {
-    const size_t comma = list.find(',');
-    const std::string_view item = list.substr(0, comma);
-    if (!item.empty() && tactic.starts_with(item)) return true;
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 1);
+// The non-empty items of a comma-separated list (GPULAB_SKIP_Q8_TACTICS).
+inline std::vector<std::string_view> list_items(std::string_view list) {
+  std::vector<std::string_view> out;
+  for (size_t from = 0; from <= list.size();) {
+    const size_t comma = std::min(list.find(',', from), list.size());
+    if (comma > from) out.push_back(list.substr(from, comma - from));
+    from = comma + 1;
   }
-  return false;
+  return out;
+}
+// Whether `tactic` starts with one of the names in `list` (GPULAB_SKIP_Q8_TACTICS: "cutlass-q8"
+// names every CUTLASS tile, "wgmma-q8:64x128" one tile).
+inline bool tactic_in_list(std::string_view list, std::string_view tactic) {
+  return std::ranges::any_of(list_items(list),
+                             [tactic](std::string_view item) { return tactic.starts_with(item); });
+}
+// The items of such a list that match none of `tactics` (a misspelt name, which would otherwise
+// skip nothing without a word), in list order.
+inline std::vector<std::string_view> unmatched_list_items(std::string_view list,
+                                                          std::span<const std::string_view> tactics) {
+  std::vector<std::string_view> out;
+  for (const std::string_view item : list_items(list))
+    if (std::ranges::none_of(tactics, [item](std::string_view t) { return t.starts_with(item); }))
+      out.push_back(item);
+  return out;
 }
 // CUTLASS tactics are "cutlass:<tile>" (cuda::cutlass_conv_tactics()).
 inline constexpr std::string_view kCutlassTacticPrefix = "cutlass:";

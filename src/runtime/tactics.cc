@@ -685,6 +685,11 @@ std::string q8_tactics_to_skip() {
   return env ? std::string(env) : std::string();
 }
 
+// An INT8/FP8 convolution or Gemm: what choose_q8_tactic decides.
+bool is_q8_layer(const PlanStep& step) {
+  return (step.kind == StepKind::kGemm || step.kind == StepKind::kConv) && is_quantized(step.precision);
+}
+
 // The tactic of an INT8/FP8 kConv or kGemm (conv_step.h). One of kernels::q8_mma_tactics() (the
 // tensor-core kernels' thread-block tiles, mma.sync, wgmma and CUTLASS's, and dp4a-q8:1x1) where
 // kernels::validate_q8_mma accepts the layer at the plan's max batch, and only a tile that has computed what
@@ -828,8 +833,15 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     log_info("tactics: chosen at batch {} for a plan of max batch {} (--tactic-batch)", context.batch,
              plan.max_batch);
   int q8_layers = 0, q8_mma = 0;
+  if (const std::string skip = q8_tactics_to_skip();
+      !skip.empty() && std::ranges::any_of(plan.steps, is_q8_layer)) {
+    for (const std::string_view item : unmatched_list_items(skip, kernels::q8_mma_tactics()))
+      log_warning("GPULAB_SKIP_Q8_TACTICS: '{}' names no 8-bit tactic ({}); it skips nothing", item,
+                  fmt::join(kernels::q8_mma_tactics(), ", "));
+    log_info("tactics: 8-bit tactics named in GPULAB_SKIP_Q8_TACTICS ('{}') are not tried", skip);
+  }
   for (auto& step : plan.steps) {
-    if ((step.kind == StepKind::kGemm || step.kind == StepKind::kConv) && is_quantized(step.precision)) {
+    if (is_q8_layer(step)) {
       ++q8_layers;
       GPULAB_TRY(choose_q8_tactic(context, step, q8_mma));
     } else if (step.kind == StepKind::kGemm || step.kind == StepKind::kLinear ||

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "backends/cuda/kernels/quant_kernels.h"
 #include "runtime/conv_step.h"
@@ -41,6 +43,14 @@ TEST(QuantTactics, SkipListMatchesNamesAndPrefixes) {
   EXPECT_FALSE(tactic_in_list("", "mma-q8"));
   EXPECT_FALSE(tactic_in_list(",,", "mma-q8"));  // empty items match nothing
   EXPECT_FALSE(tactic_in_list("cutlass-q8", "mma-q8:128x128"));
+}
+
+TEST(QuantTactics, SkipListItemsThatNameNoTacticAreFound) {
+  const auto tactics = q8_mma_tactics();
+  EXPECT_TRUE(unmatched_list_items("cutlass-q8,wgmma-q8:64x128,dp4a", tactics).empty());
+  EXPECT_TRUE(unmatched_list_items(",,", tactics).empty());
+  const std::vector<std::string_view> typos{"cutlas-q8", "wgmma-q8:64x64"};
+  EXPECT_EQ(unmatched_list_items("cutlas-q8,mma-q8,wgmma-q8:64x64,", tactics), typos);
 }
 
 TEST(QuantTactics, CutlassTilesTakeInt8LayersOfSixteenChannelMultiples) {
