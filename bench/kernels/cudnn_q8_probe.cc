@@ -1,0 +1,464 @@
+// cudnn_q8_probe: what cuDNN's graph API (through the cuDNN frontend) offers for 8-bit convolutions
+// on the GPU in use, as evidence for whether it can be one of the 8-bit tactics (issue "INT8 and FP8
+// plans", item 6). For three ResNet-18 layer shapes it builds these graphs, all NHWC:
+//   int8-conv-int32   INT8 x and w, INT32 sum, INT32 output (the form the frontend's samples show)
+//   int8-fused-int8   the same sum, then gpulab's epilogue (src/core/quant.h): x float multiplier[k],
+//                     + bias[k], ReLU, x 1/y_scale, INT8 output
+//   int8-fused-float  the same without the last step, float output (a dequantizing epilogue)
+//   fp8-fused-fp8     E4M3 x and w, float sum, the same epilogue, E4M3 output (sm_89+)
+// and reports, for each, how far cuDNN gets (validate, operation graph, heuristics, support, plan
+// build) with its message where it stops, how many engine configurations build, the fastest one's
+// median time at --batch (CUDA events, 5 warm-up launches, median of 20 per configuration), and
+// how its output compares with gpulab's rule on a batch of 2 (the same graph built for n = 2):
+// INT8/INT32 outputs byte for byte, float outputs by their largest relative difference, E4M3
+// outputs in codes apart. The inputs are seeded random codes; the multipliers and biases are in the
+// range of a calibrated layer's.
+//
+// Usage: cudnn_q8_probe [--batch N] [--json FILE]        (default batch 1024, tactic timing's)
+// Exit 0 when it ran (whatever cuDNN supports), 1 when there is no GPU or a CUDA call failed.
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+// The frontend's headers after the standard ones: they use std types without including them all.
+#include <cudnn_frontend.h>
+
+#include "core/quant.h"
+
+namespace gpulab::bench {
+namespace {
+
+namespace fe = cudnn_frontend;
+
+struct Shape {
+  const char* name;
+  int64_t c, k, h, w, r, stride, pad;
+  int64_t out_h() const { return (h + 2 * pad - r) / stride + 1; }
+  int64_t out_w() const { return (w + 2 * pad - r) / stride + 1; }
+};
+
+constexpr Shape kShapes[] = {
+    {"layer1.0.conv1 (3x3, 64 -> 64, 56x56)", 64, 64, 56, 56, 3, 1, 1},
+    {"layer3.1.conv1 (3x3, 256 -> 256, 14x14)", 256, 256, 14, 14, 3, 1, 1},
+    {"layer3.0.downsample (1x1/2, 128 -> 256, 28x28)", 128, 256, 28, 28, 1, 2, 0},
+};
+
+enum class Variant { kInt8ConvInt32, kInt8FusedInt8, kInt8FusedFloat, kFp8FusedFp8 };
+constexpr Variant kVariants[] = {Variant::kInt8ConvInt32, Variant::kInt8FusedInt8, Variant::kInt8FusedFloat,
+                                 Variant::kFp8FusedFp8};
+
+const char* variant_name(Variant v) {
+  switch (v) {
+    case Variant::kInt8ConvInt32: return "int8-conv-int32";
+    case Variant::kInt8FusedInt8: return "int8-fused-int8";
+    case Variant::kInt8FusedFloat: return "int8-fused-float";
+    case Variant::kFp8FusedFp8: return "fp8-fused-fp8";
+  }
+  return "?";
+}
+bool is_fp8(Variant v) {
+  return v == Variant::kFp8FusedFp8;
+}
+bool is_fused(Variant v) {
+  return v != Variant::kInt8ConvInt32;
+}
+size_t out_bytes(Variant v) {
+  return v == Variant::kInt8ConvInt32 || v == Variant::kInt8FusedFloat ? 4 : 1;
+}
+
+enum Uid : int64_t { kX = 1, kW, kMultiplier, kBias, kInvScale, kY };
+
+// The layer's data on the host: codes, per-channel multipliers and biases, the output's 1/scale.
+struct Layer {
+  std::vector<uint8_t> x, w;  // int8 or E4M3 codes
+  std::vector<float> multiplier, bias;
+  float inv_y_scale = 0;
+};
+
+Layer make_layer(const Shape& s, int64_t n, bool fp8) {
+  std::mt19937 rng(20261207);
+  Layer l;
+  l.x.resize(static_cast<size_t>(n * s.h * s.w * s.c));
+  l.w.resize(static_cast<size_t>(s.k * s.r * s.r * s.c));
+  // E4M3 codes of magnitude below 0x70 (|v| < 256), so that the sums stay far from saturation.
+  std::uniform_int_distribution<int> code(fp8 ? 0 : -128, fp8 ? 0x6f : 127), sign(0, 1);
+  for (auto* v : {&l.x, &l.w})
+    for (uint8_t& b : *v) b = static_cast<uint8_t>(fp8 ? (code(rng) | (sign(rng) << 7)) : code(rng));
+  std::uniform_real_distribution<float> mult(1e-5f, 4e-5f), bias(-0.5f, 0.5f);
+  for (int64_t k = 0; k < s.k; ++k) {
+    l.multiplier.push_back(fp8 ? mult(rng) * 1e-2f : mult(rng));
+    l.bias.push_back(bias(rng));
+  }
+  l.inv_y_scale = 1.0f / 0.05f;
+  return l;
+}
+
+// gpulab's rule (core/quant.h) on the host: the exact sum, then the epilogue step by step.
+std::vector<uint8_t> reference(const Shape& s, int64_t n, Variant v, const Layer& l) {
+  const int64_t oh = s.out_h(), ow = s.out_w();
+  std::vector<uint8_t> out(static_cast<size_t>(n * oh * ow * s.k) * out_bytes(v));
+  const auto value = [v](uint8_t b) {
+    return is_fp8(v) ? e4m3_to_float(b) : static_cast<float>(static_cast<int8_t>(b));
+  };
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t y = 0; y < oh; ++y)
+      for (int64_t x = 0; x < ow; ++x)
+        for (int64_t k = 0; k < s.k; ++k) {
+          int32_t iacc = 0;
+          float facc = 0;
+          for (int64_t r = 0; r < s.r; ++r)
+            for (int64_t q = 0; q < s.r; ++q) {
+              const int64_t iy = y * s.stride - s.pad + r, ix = x * s.stride - s.pad + q;
+              if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+              const uint8_t* xp = &l.x[static_cast<size_t>(((i * s.h + iy) * s.w + ix) * s.c)];
+              const uint8_t* wp = &l.w[static_cast<size_t>(((k * s.r + r) * s.r + q) * s.c)];
+              for (int64_t c = 0; c < s.c; ++c) {
+                if (is_fp8(v))
+                  facc += value(xp[c]) * value(wp[c]);
+                else
+                  iacc += static_cast<int8_t>(xp[c]) * static_cast<int8_t>(wp[c]);
+              }
+            }
+          const size_t at = static_cast<size_t>(((i * oh + y) * ow + x) * s.k + k);
+          if (v == Variant::kInt8ConvInt32) {
+            std::memcpy(&out[at * 4], &iacc, 4);
+            continue;
+          }
+          float t = (is_fp8(v) ? facc : static_cast<float>(iacc)) * l.multiplier[static_cast<size_t>(k)];
+          t = t + l.bias[static_cast<size_t>(k)];
+          t = std::max(t, 0.0f);
+          if (v == Variant::kInt8FusedFloat)
+            std::memcpy(&out[at * 4], &t, 4);
+          else if (v == Variant::kInt8FusedInt8)
+            out[at] = static_cast<uint8_t>(quantize_int8(t, l.inv_y_scale));
+          else
+            out[at] = float_to_e4m3(t * l.inv_y_scale);
+        }
+  return out;
+}
+
+// How cuDNN's bytes compare with the rule's: "bit for bit", or what differs.
+nlohmann::json compare(Variant v, const std::vector<uint8_t>& want, const std::vector<uint8_t>& got) {
+  const size_t count = want.size() / out_bytes(v);
+  size_t differ = 0;
+  double worst = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (v == Variant::kInt8FusedFloat) {
+      float a, b;
+      std::memcpy(&a, &want[i * 4], 4);
+      std::memcpy(&b, &got[i * 4], 4);
+      if (a != b) ++differ;
+      worst = std::max(worst, static_cast<double>(std::fabs(a - b) / std::max(std::fabs(a), 1e-6f)));
+    } else if (v == Variant::kInt8ConvInt32) {
+      if (std::memcmp(&want[i * 4], &got[i * 4], 4) != 0) ++differ;
+    } else if (v == Variant::kInt8FusedInt8) {
+      const int d = std::abs(static_cast<int8_t>(want[i]) - static_cast<int8_t>(got[i]));
+      differ += d != 0;
+      worst = std::max(worst, static_cast<double>(d));
+    } else {  // E4M3 codes apart (sign-magnitude: both are >= 0 after ReLU)
+      const int d = std::abs((want[i] & 0x7f) - (got[i] & 0x7f)) + ((want[i] ^ got[i]) & 0x80 ? 1 : 0);
+      differ += d != 0;
+      worst = std::max(worst, static_cast<double>(d));
+    }
+  }
+  return {{"outputs", count},
+          {"differing", differ},
+          {"worst", worst},
+          {"worst_unit", v == Variant::kInt8FusedFloat ? "relative"
+                         : v == Variant::kFp8FusedFp8  ? "e4m3 codes"
+                                                       : "int steps"}};
+}
+
+std::shared_ptr<fe::graph::Graph> make_graph(const Shape& s, int64_t n, Variant v) {
+  auto g = std::make_shared<fe::graph::Graph>();
+  const auto io = is_fp8(v) ? fe::DataType_t::FP8_E4M3 : fe::DataType_t::INT8;
+  g->set_io_data_type(io)
+      .set_intermediate_data_type(v == Variant::kInt8ConvInt32 ? fe::DataType_t::INT32
+                                                               : fe::DataType_t::FLOAT)
+      .set_compute_data_type(is_fp8(v) ? fe::DataType_t::FLOAT : fe::DataType_t::INT32);
+  const auto nhwc = [](int64_t c, int64_t h, int64_t w) {
+    return std::vector<int64_t>{c * h * w, 1, c * w, c};
+  };
+  auto X = g->tensor(fe::graph::Tensor_attributes()
+                         .set_name("x")
+                         .set_uid(kX)
+                         .set_data_type(io)
+                         .set_dim({n, s.c, s.h, s.w})
+                         .set_stride(nhwc(s.c, s.h, s.w)));
+  auto W = g->tensor(fe::graph::Tensor_attributes()
+                         .set_name("w")
+                         .set_uid(kW)
+                         .set_data_type(io)
+                         .set_dim({s.k, s.c, s.r, s.r})
+                         .set_stride(nhwc(s.c, s.r, s.r)));
+  auto y =
+      g->conv_fprop(X, W,
+                    fe::graph::Conv_fprop_attributes()
+                        .set_padding({s.pad, s.pad})
+                        .set_stride({s.stride, s.stride})
+                        .set_dilation({1, 1})
+                        .set_compute_data_type(is_fp8(v) ? fe::DataType_t::FLOAT : fe::DataType_t::INT32));
+  if (is_fused(v)) {
+    const auto per_channel = [&](const char* name, int64_t uid) {
+      return g->tensor(fe::graph::Tensor_attributes()
+                           .set_name(name)
+                           .set_uid(uid)
+                           .set_data_type(fe::DataType_t::FLOAT)
+                           .set_dim({1, s.k, 1, 1})
+                           .set_stride({s.k, 1, s.k, s.k}));
+    };
+    const auto op = [](fe::PointwiseMode_t mode) {
+      return fe::graph::Pointwise_attributes().set_mode(mode).set_compute_data_type(fe::DataType_t::FLOAT);
+    };
+    y = g->pointwise(y, per_channel("multiplier", kMultiplier), op(fe::PointwiseMode_t::MUL));
+    y = g->pointwise(y, per_channel("bias", kBias), op(fe::PointwiseMode_t::ADD));
+    y = g->pointwise(y, op(fe::PointwiseMode_t::RELU_FWD));
+    if (v != Variant::kInt8FusedFloat) {
+      auto inv = g->tensor(fe::graph::Tensor_attributes()
+                               .set_name("inv_y_scale")
+                               .set_uid(kInvScale)
+                               .set_data_type(fe::DataType_t::FLOAT)
+                               .set_dim({1, 1, 1, 1})
+                               .set_stride({1, 1, 1, 1}));
+      y = g->pointwise(y, inv, op(fe::PointwiseMode_t::MUL));
+    }
+  }
+  const auto out_type = v == Variant::kInt8ConvInt32    ? fe::DataType_t::INT32
+                        : v == Variant::kInt8FusedFloat ? fe::DataType_t::FLOAT
+                                                        : io;
+  y->set_output(true).set_uid(kY).set_data_type(out_type);
+  y->set_dim({n, s.k, s.out_h(), s.out_w()}).set_stride(nhwc(s.k, s.out_h(), s.out_w()));
+  return g;
+}
+
+#define PROBE_CUDA(call)                                                              \
+  do {                                                                                \
+    if (const cudaError_t e_ = (call); e_ != cudaSuccess)                             \
+      throw std::runtime_error(fmt::format("{}: {}", #call, cudaGetErrorString(e_))); \
+  } while (0)
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { PROBE_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// The buffers of one layer at batch n, filled from `l`.
+struct Bound {
+  DeviceBuffer x, w, multiplier, bias, inv, y;
+  std::unordered_map<int64_t, void*> pack;
+  Bound(const Layer& l, size_t y_bytes)
+      : x(l.x.size()),
+        w(l.w.size()),
+        multiplier(l.multiplier.size() * 4),
+        bias(l.bias.size() * 4),
+        inv(4),
+        y(y_bytes) {
+    PROBE_CUDA(cudaMemcpy(x.p, l.x.data(), l.x.size(), cudaMemcpyHostToDevice));
+    PROBE_CUDA(cudaMemcpy(w.p, l.w.data(), l.w.size(), cudaMemcpyHostToDevice));
+    PROBE_CUDA(
+        cudaMemcpy(multiplier.p, l.multiplier.data(), l.multiplier.size() * 4, cudaMemcpyHostToDevice));
+    PROBE_CUDA(cudaMemcpy(bias.p, l.bias.data(), l.bias.size() * 4, cudaMemcpyHostToDevice));
+    PROBE_CUDA(cudaMemcpy(inv.p, &l.inv_y_scale, 4, cudaMemcpyHostToDevice));
+    pack = {{kX, x.p},       {kW, w.p},          {kMultiplier, multiplier.p},
+            {kBias, bias.p}, {kInvScale, inv.p}, {kY, y.p}};
+  }
+  void keep_only(bool fused, bool inv_scale) {
+    if (!fused) pack.erase(kMultiplier), pack.erase(kBias);
+    if (!inv_scale) pack.erase(kInvScale);
+  }
+};
+
+// Runs the graph through cuDNN's stages; fills `report` and returns the built configurations.
+std::vector<int64_t> prepare(cudnnHandle_t handle, fe::graph::Graph& g, nlohmann::json& report) {
+  const auto stage = [&report](const char* name, fe::error_t e) {
+    if (e.is_good()) return true;
+    report["stopped_at"] = name;
+    report["message"] = e.get_message();
+    return false;
+  };
+  if (!stage("validate", g.validate())) return {};
+  if (!stage("operation graph", g.build_operation_graph(handle))) return {};
+  if (!stage("heuristics", g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK})))
+    return {};
+  report["candidates"] = g.get_execution_plan_count();
+  if (!stage("support", g.check_support())) return {};
+  std::vector<int64_t> built;
+  std::string last_error;
+  for (int64_t i = 0; i < g.get_execution_plan_count() && built.size() < 8; ++i) {
+    if (auto e = g.build_plan_at_index(i); e.is_good())
+      built.push_back(i);
+    else
+      last_error = e.get_message();
+  }
+  report["built"] = built.size();
+  if (built.empty()) {
+    report["stopped_at"] = "plan build";
+    report["message"] = last_error;
+  }
+  return built;
+}
+
+nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t batch) {
+  nlohmann::json report{{"layer", s.name}, {"graph", variant_name(v)}, {"batch", batch}};
+  auto g = make_graph(s, batch, v);
+  const std::vector<int64_t> built = prepare(handle, *g, report);
+  if (built.empty()) return report;
+  const Layer layer = make_layer(s, batch, is_fp8(v));
+  const size_t y_bytes = static_cast<size_t>(batch * s.out_h() * s.out_w() * s.k) * out_bytes(v);
+  Bound b(layer, y_bytes);
+  b.keep_only(is_fused(v), is_fused(v) && v != Variant::kInt8FusedFloat);
+  cudaEvent_t e0, e1;
+  PROBE_CUDA(cudaEventCreate(&e0));
+  PROBE_CUDA(cudaEventCreate(&e1));
+  double best_ms = -1;
+  std::string best_name;
+  nlohmann::json configs = nlohmann::json::array();
+  for (const int64_t i : built) {
+    int64_t ws_bytes = 0;
+    (void)g->get_workspace_size_plan_at_index(i, ws_bytes);
+    DeviceBuffer ws(static_cast<size_t>(ws_bytes));
+    std::string name;
+    (void)g->get_plan_name_at_index(i, name);
+    std::vector<float> ms;
+    std::string failed;
+    for (int it = 0; it < 25 && failed.empty(); ++it) {
+      PROBE_CUDA(cudaEventRecord(e0));
+      if (auto e = g->execute_plan_at_index(handle, b.pack, ws.p, i); e.is_bad()) failed = e.get_message();
+      PROBE_CUDA(cudaEventRecord(e1));
+      PROBE_CUDA(cudaEventSynchronize(e1));
+      float t = 0;
+      PROBE_CUDA(cudaEventElapsedTime(&t, e0, e1));
+      if (it >= 5) ms.push_back(t);
+    }
+    if (!failed.empty()) {
+      configs.push_back({{"name", name}, {"failed", failed}});
+      continue;
+    }
+    std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
+    const double median = ms[ms.size() / 2];
+    configs.push_back({{"name", name}, {"median_ms", median}});
+    if (best_ms < 0 || median < best_ms) best_ms = median, best_name = name;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  report["configurations"] = configs;
+  if (best_ms > 0) {
+    const double ops = 2.0 * static_cast<double>(batch * s.out_h() * s.out_w() * s.k * s.c * s.r * s.r);
+    report["best"] = {{"name", best_name}, {"median_ms", best_ms}, {"tops", ops / best_ms * 1e-9}};
+  }
+  // Agreement with gpulab's rule on two images, the heuristics' first configuration that builds.
+  constexpr int64_t kCheckBatch = 2;
+  auto small = make_graph(s, kCheckBatch, v);
+  nlohmann::json small_report;
+  const std::vector<int64_t> small_built = prepare(handle, *small, small_report);
+  if (small_built.empty()) {
+    report["agreement"] = {{"skipped", small_report}};
+    return report;
+  }
+  const Layer check = make_layer(s, kCheckBatch, is_fp8(v));
+  const std::vector<uint8_t> want = reference(s, kCheckBatch, v, check);
+  Bound cb(check, want.size());
+  cb.keep_only(is_fused(v), is_fused(v) && v != Variant::kInt8FusedFloat);
+  int64_t ws_bytes = 0;
+  (void)small->get_workspace_size_plan_at_index(small_built.front(), ws_bytes);
+  DeviceBuffer ws(static_cast<size_t>(ws_bytes));
+  if (auto e = small->execute_plan_at_index(handle, cb.pack, ws.p, small_built.front()); e.is_bad()) {
+    report["agreement"] = {{"failed", e.get_message()}};
+    return report;
+  }
+  std::vector<uint8_t> got(want.size());
+  PROBE_CUDA(cudaMemcpy(got.data(), cb.y.p, got.size(), cudaMemcpyDeviceToHost));
+  report["agreement"] = compare(v, want, got);
+  return report;
+}
+
+int run(int argc, char** argv) {
+  int64_t batch = 1024;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--batch" && i + 1 < argc)
+      batch = std::stoll(argv[++i]);
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: cudnn_q8_probe [--batch N] [--json FILE]\n");
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "cudnn_q8_probe: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  PROBE_CUDA(cudaGetDeviceProperties(&prop, 0));
+  cudnnHandle_t handle = nullptr;
+  if (cudnnCreate(&handle) != CUDNN_STATUS_SUCCESS) {
+    std::fprintf(stderr, "cudnn_q8_probe: cudnnCreate failed\n");
+    return 1;
+  }
+  nlohmann::json out{{"device", prop.name},
+                     {"compute_capability", fmt::format("{}.{}", prop.major, prop.minor)},
+                     {"cudnn_version", cudnnGetVersion()},
+                     {"cudnn_frontend_version", CUDNN_FRONTEND_VERSION},
+                     {"batch", batch},
+                     {"results", nlohmann::json::array()}};
+  for (const Shape& s : kShapes)
+    for (const Variant v : kVariants) {
+      nlohmann::json r = probe(handle, s, v, batch);
+      std::string line = fmt::format("{:<48} {:<17} ", s.name, variant_name(v));
+      if (r.contains("stopped_at"))
+        line += fmt::format("stops at {}: {}", r["stopped_at"].get<std::string>(),
+                            r.value("message", std::string()).substr(0, 120));
+      else if (r.contains("best"))
+        line +=
+            fmt::format("{} of {} configurations build; best {:.4f} ms ({:.0f} TOP/s); agreement: {}",
+                        r.value("built", 0), r.value("candidates", 0), r["best"]["median_ms"].get<double>(),
+                        r["best"]["tops"].get<double>(), r.value("agreement", nlohmann::json()).dump());
+      else
+        line += "built, but no configuration ran: " + r.value("configurations", nlohmann::json()).dump();
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+      out["results"].push_back(std::move(r));
+    }
+  cudnnDestroy(handle);
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << out.dump(2) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "cudnn_q8_probe: cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpulab::bench
+
+int main(int argc, char** argv) {
+  try {
+    return gpulab::bench::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cudnn_q8_probe: %s\n", e.what());
+    return 1;
+  }
+}
