@@ -696,8 +696,8 @@ bool is_q8_layer(const PlanStep& step) {
 // the direct kernel computes, on the layer's own weights and a seeded random input of up to 4 images
 // (q8_difference says how close); with time_tactics, the fastest such tile, if it beats the direct kernel at
 // the timing batch; without, the first tile that agrees. Else the direct kernel (direct-q8), which runs every
-// 8-bit layer.
-Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, int& on_mma) {
+// 8-bit layer. Tiles named in `skip` (GPULAB_SKIP_Q8_TACTICS, read once per build) are not tried.
+Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_view skip, int& on_mma) {
   step.tactic = std::string(kQ8DirectTactic);
   if (const Status s = kernels::validate_q8_mma(q8_layer_desc(c.plan, step, c.plan.max_batch)); !s.is_ok()) {
     log_debug("tactics: {}: {} ({})", step.name, kQ8DirectTactic, s.message());
@@ -753,7 +753,6 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, int& on_mma) 
   }
   GPULAB_TRY(fetch(rig.y.buffer.get(), direct));
   std::vector<std::string_view> agreeing;
-  const std::string skip = q8_tactics_to_skip();
   for (const std::string_view tactic : kernels::q8_mma_tactics()) {
     if (tactic_in_list(skip, tactic)) {
       log_debug("tactics: {}: {} skipped (GPULAB_SKIP_Q8_TACTICS)", step.name, tactic);
@@ -833,8 +832,8 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
     log_info("tactics: chosen at batch {} for a plan of max batch {} (--tactic-batch)", context.batch,
              plan.max_batch);
   int q8_layers = 0, q8_mma = 0;
-  if (const std::string skip = q8_tactics_to_skip();
-      !skip.empty() && std::ranges::any_of(plan.steps, is_q8_layer)) {
+  const std::string skip = q8_tactics_to_skip();
+  if (!skip.empty() && std::ranges::any_of(plan.steps, is_q8_layer)) {
     for (const std::string_view item : unmatched_list_items(skip, kernels::q8_mma_tactics()))
       log_warning("GPULAB_SKIP_Q8_TACTICS: '{}' names no 8-bit tactic ({}); it skips nothing", item,
                   fmt::join(kernels::q8_mma_tactics(), ", "));
@@ -843,7 +842,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   for (auto& step : plan.steps) {
     if (is_q8_layer(step)) {
       ++q8_layers;
-      GPULAB_TRY(choose_q8_tactic(context, step, q8_mma));
+      GPULAB_TRY(choose_q8_tactic(context, step, skip, q8_mma));
     } else if (step.kind == StepKind::kGemm || step.kind == StepKind::kLinear ||
                step.kind == StepKind::kMatMul) {
       step.tactic = "cublaslt";
