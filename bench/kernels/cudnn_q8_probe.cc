@@ -15,7 +15,8 @@
 // range of a calibrated layer's.
 //
 // Usage: cudnn_q8_probe [--batch N] [--json FILE]        (default batch 1024, tactic timing's)
-// Exit 0 when it ran (whatever cuDNN supports), 1 when there is no GPU or a CUDA call failed.
+// Exit 0 when it ran (whatever cuDNN supports), 1 when there is no GPU, a CUDA call failed or the
+// JSON file cannot be written, 2 for a bad argument.
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <fmt/format.h>
@@ -25,8 +26,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -37,6 +38,7 @@
 // The frontend's headers after the standard ones: they use std types without including them all.
 #include <cudnn_frontend.h>
 
+#include "core/file_io.h"
 #include "core/quant.h"
 
 namespace gpulab::bench {
@@ -394,9 +396,15 @@ int run(int argc, char** argv) {
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--batch" && i + 1 < argc)
-      batch = std::stoll(argv[++i]);
-    else if (a == "--json" && i + 1 < argc)
+    if (a == "--batch" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      char* end = nullptr;
+      batch = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || batch < 1 || batch > 65536) {
+        std::fprintf(stderr, "cudnn_q8_probe: --batch '%s' is not a batch size from 1 to 65536\n", v.c_str());
+        return 2;
+      }
+    } else if (a == "--json" && i + 1 < argc)
       json_path = argv[++i];
     else {
       std::fprintf(stderr, "usage: cudnn_q8_probe [--batch N] [--json FILE]\n");
@@ -441,10 +449,9 @@ int run(int argc, char** argv) {
     }
   cudnnDestroy(handle);
   if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    f << out.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "cudnn_q8_probe: cannot write %s\n", json_path.c_str());
+    // Whole or absent, never half-written.
+    if (const Status s = write_file_atomic(json_path, out.dump(2) + "\n"); !s.is_ok()) {
+      std::fprintf(stderr, "cudnn_q8_probe: %s\n", s.to_string().c_str());
       return 1;
     }
   }
