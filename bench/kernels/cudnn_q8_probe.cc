@@ -158,27 +158,36 @@ nlohmann::json compare(Variant v, const std::vector<uint8_t>& want, const std::v
   const size_t count = want.size() / out_bytes(v);
   size_t differ = 0;
   double worst = 0;
+  nlohmann::json first;  // the first output that differs: index, the rule's value and cuDNN's
+  const auto note_first = [&first](size_t i, auto want_value, auto got_value) {
+    if (first.is_null()) first = {{"index", i}, {"want", want_value}, {"got", got_value}};
+  };
   for (size_t i = 0; i < count; ++i) {
     if (v == Variant::kInt8FusedFloat) {
       float a, b;
       std::memcpy(&a, &want[i * 4], 4);
       std::memcpy(&b, &got[i * 4], 4);
-      if (a != b) ++differ;
+      if (a != b) ++differ, note_first(i, a, b);
       worst = std::max(worst, static_cast<double>(std::fabs(a - b) / std::max(std::fabs(a), 1e-6f)));
     } else if (v == Variant::kInt8ConvInt32) {
-      if (std::memcmp(&want[i * 4], &got[i * 4], 4) != 0) ++differ;
+      int32_t a, b;
+      std::memcpy(&a, &want[i * 4], 4);
+      std::memcpy(&b, &got[i * 4], 4);
+      if (a != b) ++differ, note_first(i, a, b);
+      worst = std::max(worst, static_cast<double>(std::abs(int64_t{a} - int64_t{b})));
     } else if (v == Variant::kInt8FusedInt8) {
       const int d = std::abs(static_cast<int8_t>(want[i]) - static_cast<int8_t>(got[i]));
-      differ += d != 0;
+      if (d != 0) ++differ, note_first(i, static_cast<int8_t>(want[i]), static_cast<int8_t>(got[i]));
       worst = std::max(worst, static_cast<double>(d));
     } else {  // E4M3 codes apart (sign-magnitude: both are >= 0 after ReLU)
       const int d = std::abs((want[i] & 0x7f) - (got[i] & 0x7f)) + ((want[i] ^ got[i]) & 0x80 ? 1 : 0);
-      differ += d != 0;
+      if (d != 0) ++differ, note_first(i, want[i], got[i]);
       worst = std::max(worst, static_cast<double>(d));
     }
   }
   return {{"outputs", count},
           {"differing", differ},
+          {"first_difference", first},
           {"worst", worst},
           {"worst_unit", v == Variant::kInt8FusedFloat ? "relative"
                          : v == Variant::kFp8FusedFp8  ? "e4m3 codes"

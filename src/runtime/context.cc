@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "runtime/conv_step.h"
 #include "runtime/engine_internal.h"
+#include "runtime/step_launch.h"
 #include "runtime/step_problems.h"
 
 namespace gpulab {
@@ -80,6 +81,26 @@ void ContextImpl::prepare_conv(size_t i, int64_t batch, BatchState& state, int64
   }
 }
 
+// The configuration the tactic names, built for `batch`; where it does not build (cuDNN's engines
+// need not cover every batch size), the step runs the direct 8-bit kernel, which computes the same
+// bytes (state.q8convs[i] stays null).
+void ContextImpl::prepare_q8_conv(size_t i, int64_t batch, BatchState& state, int64_t& need_ws) {
+  const Plan& plan = engine_->plan();
+  const PlanStep& step = plan.steps[i];
+  const auto& scales = plan.weights[static_cast<size_t>(step.weight_scale)].bytes;
+  const std::span<const float> w_scale(reinterpret_cast<const float*>(scales.data()),
+                                       scales.size() / sizeof(float));
+  auto conv = cuda::CudnnQ8Conv::with_tactic(libs_.cudnn(), q8_layer_desc(plan, step, batch), step.bias >= 0,
+                                             w_scale, step.tactic);
+  if (!conv.is_ok()) {
+    log_info("context: {} at batch {}: {}; using {}", step.name, batch, conv.status().message(),
+             kQ8DirectTactic);
+    return;
+  }
+  need_ws = std::max(need_ws, (*conv)->workspace_bytes());
+  state.q8convs[i] = std::move(conv).value();
+}
+
 Status ContextImpl::prepare_view_step(size_t i, int64_t batch, BatchState& state, int64_t& need_ws) {
   const Plan& plan = engine_->plan();
   const PlanStep& step = plan.steps[i];
@@ -123,6 +144,7 @@ Status ContextImpl::prepare(int64_t batch, BatchState** out) {
   state.chunks.assign(plan.steps.size(), 0);
   state.tails.resize(plan.steps.size());
   state.gemms.resize(plan.steps.size());
+  state.q8convs.resize(plan.steps.size());
   state.matmuls.resize(plan.steps.size());
   state.matmul_launches.resize(plan.steps.size());
   state.sdpas.resize(plan.steps.size());
@@ -130,7 +152,9 @@ Status ContextImpl::prepare(int64_t batch, BatchState** out) {
   int64_t need_ws = kGemmWorkspaceBytes;
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& step = plan.steps[i];
-    if (step.kind == StepKind::kConv) {
+    if (step.kind == StepKind::kConv && is_q8_cudnn_tactic(step.tactic)) {
+      prepare_q8_conv(i, batch, state, need_ws);
+    } else if (step.kind == StepKind::kConv) {
       prepare_conv(i, batch, state, need_ws);
     } else if (step.kind == StepKind::kGemm && !is_quantized(step.precision)) {  // INT8/FP8: gpulab's kernel
       GPULAB_ASSIGN_OR_RETURN(

@@ -35,6 +35,7 @@ Status ContextImpl::launch_step(size_t i, int64_t batch, const BatchState& state
       return enqueue_conv(l, {.conv = state.convs[i].get(),
                               .chunk = state.chunks[i],
                               .tail = state.tails[i].get(),
+                              .q8 = state.q8convs[i].get(),
                               .cudnn = libs_.cudnn()});
     case StepKind::kGemm:
       if (is_quantized(step.precision)) return enqueue_q8_layer(l);

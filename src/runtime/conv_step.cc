@@ -38,6 +38,7 @@ ConvKernel conv_kernel_of_tactic(std::string_view tactic) {
   if (tactic == kDepthwiseTactic) return ConvKernel::kDepthwise;
   if (tactic == kQ8DirectTactic) return ConvKernel::kQ8Direct;
   if (is_q8_mma_tactic(tactic)) return ConvKernel::kQ8Mma;
+  if (is_q8_cudnn_tactic(tactic)) return ConvKernel::kQ8Cudnn;
   if (tactic.starts_with(kCutlassTacticPrefix)) return ConvKernel::kCutlass;
   if (tactic.starts_with(cuda::kWgmmaConvTacticPrefix)) return ConvKernel::kWgmma3x3;
   return ConvKernel::kCudnn;
@@ -102,6 +103,7 @@ Status launch_conv_step(const cuda::ConvProblem& p, ConvKernel kernel, std::stri
                                      stream);
     case ConvKernel::kQ8Direct:
     case ConvKernel::kQ8Mma:
+    case ConvKernel::kQ8Cudnn:
       return Status::internal("launch_conv_step: an INT8/FP8 step runs through enqueue_q8_layer, not here.");
     case ConvKernel::kCudnn: break;
   }

@@ -23,7 +23,7 @@
 namespace gpulab {
 
 // Which implementation runs a convolution step.
-enum class ConvKernel { kCudnn, kDirect, kDepthwise, kCutlass, kWgmma3x3, kQ8Direct, kQ8Mma };
+enum class ConvKernel { kCudnn, kDirect, kDepthwise, kCutlass, kWgmma3x3, kQ8Direct, kQ8Mma, kQ8Cudnn };
 
 // Tactic strings of gpulab's own convolutions (PlanStep::tactic, timing cache).
 inline constexpr std::string_view kDirectTactic = "direct";
@@ -50,8 +50,16 @@ inline bool is_q8_mma_tactic(std::string_view tactic) {
   return tactic == kQ8MmaTactic || tactic == kQ8SmallKTactic || tile_of(kQ8MmaTactic) ||
          tile_of(kQ8WgmmaTactic) || tile_of(kQ8CutlassTactic);
 }
+// "cudnn-q8:<engine configuration>": cuDNN's graph API with the same epilogue
+// (cuda::CudnnQ8Conv, backends/cuda/cudnn_q8_conv.h), INT8/FP8 convolutions with an 8-bit output;
+// chosen like the tiles, among the configurations whose output agreed with the direct kernel's.
+// Where a context cannot build the configuration at its batch size, the step runs direct-q8.
+inline constexpr std::string_view kQ8CudnnTactic = "cudnn-q8";
+inline bool is_q8_cudnn_tactic(std::string_view tactic) {
+  return tactic.starts_with(kQ8CudnnTactic) && tactic.substr(kQ8CudnnTactic.size()).starts_with(':');
+}
 inline bool is_q8_tactic(std::string_view tactic) {
-  return tactic == kQ8DirectTactic || is_q8_mma_tactic(tactic);
+  return tactic == kQ8DirectTactic || is_q8_mma_tactic(tactic) || is_q8_cudnn_tactic(tactic);
 }
 // The non-empty items of a comma-separated list (GPULAB_SKIP_Q8_TACTICS).
 inline std::vector<std::string_view> list_items(std::string_view list) {
@@ -114,8 +122,8 @@ constexpr ChunkSplit split_batch(int64_t batch, int64_t chunk) {
 }
 
 // The kernel a tactic string names: "direct", "depthwise", "cutlass:..." and "wgmma-conv3x3:..."
-// are gpulab's own; anything else ("cudnn:...", "cudnn-unfused:...", "chunk<n>:cudnn...", "" for
-// the default) is cuDNN.
+// are gpulab's own, the 8-bit tactics above their own kinds; anything else ("cudnn:...", "cudnn-unfused:...",
+// "chunk<n>:cudnn...", "" for the default) is cuDNN.
 ConvKernel conv_kernel_of_tactic(std::string_view tactic);
 
 // OK unless `tactic` names one of gpulab's own kernels that this build does not have: a CUTLASS

@@ -32,10 +32,11 @@ Result<std::shared_ptr<EngineImpl>> EngineImpl::create(Plan plan, int device) {
     if (is_quantized(step.precision) != is_q8_tactic(step.tactic))
       return Status::unsupported(
           fmt::format("plan: step {} is {} with tactic \"{}\"; INT8/FP8 convolutions, and only they, run "
-                      "\"{}\", \"{}\" (with a tile suffix), \"{}:<tile>\", \"{}:<tile>\" or \"{}\". The "
-                      "file is corrupt or was not written by gpulab; rebuild it with `gpulab build`.",
+                      "\"{}\", \"{}\" (with a tile suffix), \"{}:<tile>\", \"{}:<tile>\", \"{}\" or "
+                      "\"{}:<engine>\". The file is corrupt or was not written by gpulab; rebuild it with "
+                      "`gpulab build`.",
                       step.name, precision_name(step.precision), step.tactic, kQ8DirectTactic, kQ8MmaTactic,
-                      kQ8WgmmaTactic, kQ8CutlassTactic, kQ8SmallKTactic));
+                      kQ8WgmmaTactic, kQ8CutlassTactic, kQ8SmallKTactic, kQ8CudnnTactic));
     const DataType x = plan.values[step.inputs[0]].dtype, y = plan.values[step.output].dtype;
     if (x != y && step.tactic != kDepthwiseTactic && !is_q8_tactic(step.tactic))
       return Status::unsupported(fmt::format(

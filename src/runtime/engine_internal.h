@@ -16,6 +16,7 @@
 
 #include "backends/cuda/cublaslt_gemm.h"
 #include "backends/cuda/cudnn_conv.h"
+#include "backends/cuda/cudnn_q8_conv.h"
 #include "backends/cuda/device.h"
 #include "gpulab/engine.h"
 #include "plan/memory_plan.h"
@@ -80,6 +81,8 @@ class ContextImpl final : public ExecutionContext {
     std::vector<int64_t> chunks;
     std::vector<std::unique_ptr<cuda::CudnnConv>> tails;
     std::vector<std::unique_ptr<cuda::CublasLtGemm>> gemms;  // per step
+    // INT8/FP8 conv steps of a cudnn-q8 tactic; null: the direct 8-bit kernel runs them.
+    std::vector<std::unique_ptr<cuda::CudnnQ8Conv>> q8convs;
     // kLinear, kMatMul and kAttention steps (view_steps.h): the library objects and how to launch them.
     std::vector<std::unique_ptr<cuda::CublasLtMatmul>> matmuls;
     std::vector<MatmulLaunch> matmul_launches;
@@ -94,6 +97,8 @@ class ContextImpl final : public ExecutionContext {
   Status prepare(int64_t batch, BatchState** out);
   // The cuDNN plans of conv step `i` at `batch` into `state`; raises `need_ws` to their workspace.
   void prepare_conv(size_t i, int64_t batch, BatchState& state, int64_t& need_ws);
+  // The cuDNN plan of an INT8/FP8 conv step whose tactic is cudnn-q8, at `batch`; raises `need_ws`.
+  void prepare_q8_conv(size_t i, int64_t batch, BatchState& state, int64_t& need_ws);
   // The cuBLASLt matmul of a kLinear/kMatMul step, or the cuDNN SDPA of a kAttention step (when
   // cuDNN takes it), at `batch` into `state`; raises `need_ws`.
   Status prepare_view_step(size_t i, int64_t batch, BatchState& state, int64_t& need_ws);

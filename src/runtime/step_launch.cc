@@ -32,7 +32,7 @@ Status enqueue_stem(const StepLaunch& l, const float* input_nchw) {
 
 Status enqueue_conv(const StepLaunch& l, const PreparedConv& prepared) {
   const PlanStep& step = l.step;
-  if (is_quantized(step.precision)) return enqueue_q8_layer(l);
+  if (is_quantized(step.precision)) return enqueue_q8_layer(l, prepared.q8, prepared.cudnn);
   const cuda::ConvPointers ptrs{l.value(step.inputs[0]), l.weight(step.weight), l.weight(step.bias),
                                 step.conv.has_residual ? l.value(step.inputs[1]) : nullptr,
                                 l.value(step.output)};

@@ -13,6 +13,7 @@
 
 #include "backends/cuda/cublaslt_gemm.h"
 #include "backends/cuda/cudnn_conv.h"
+#include "backends/cuda/cudnn_q8_conv.h"
 #include "backends/cuda/kernels/kernel_desc.h"
 #include "backends/cuda/kernels/quant_desc.h"
 #include "gpulab/status.h"
@@ -41,6 +42,7 @@ struct PreparedConv {
   const cuda::CudnnConv* conv = nullptr;  // null: one of gpulab's own kernels (or the fallback)
   int64_t chunk = 0;                      // > 0: a chunked tactic, `conv` prepared at this many images
   const cuda::CudnnConv* tail = nullptr;  // the chunked tactic's remainder, or null
+  const cuda::CudnnQ8Conv* q8 = nullptr;  // an INT8/FP8 step's cudnn-q8 plan, or null
   cudnnHandle_t cudnn = nullptr;          // bound to the launch's stream
 };
 
@@ -69,13 +71,16 @@ Status enqueue_output(const StepLaunch& l, float* logits);
 
 // The 8-bit forms (step_launch_quant.cc), which the functions above call when a value they read or
 // write is int8 or fp8e4m3: the quantizing input conversion, casts that quantize or dequantize, an
-// INT8/FP8 kConv or kGemm (gpulab's own kernels; tactic "mma-q8" or "direct-q8"), and the pools.
+// INT8/FP8 kConv or kGemm (gpulab's own kernels, or cuDNN's for a cudnn-q8 tactic), and the pools.
 Status enqueue_quantized_input(const StepLaunch& l, const float* input_nchw);
 Status enqueue_quantized_cast(const StepLaunch& l);
 // The kernel descriptor of an INT8/FP8 kConv or kGemm at `batch` (a Gemm as a 1x1 convolution over
 // the flattened NHWC features).
 kernels::Q8ConvDesc q8_layer_desc(const Plan& plan, const PlanStep& step, int64_t batch);
-Status enqueue_q8_layer(const StepLaunch& l);
+// `cudnn_q8` (with `cudnn`, bound to l.stream): the step's cudnn-q8 plan at l.batch; a cudnn-q8 step
+// without one runs the direct kernel.
+Status enqueue_q8_layer(const StepLaunch& l, const cuda::CudnnQ8Conv* cudnn_q8 = nullptr,
+                        cudnnHandle_t cudnn = nullptr);
 Status enqueue_q8_max_pool(const StepLaunch& l, const kernels::PoolDesc& desc);
 Status enqueue_q8_global_avg_pool(const StepLaunch& l);
 

@@ -69,12 +69,16 @@ kernels::Q8ConvDesc q8_layer_desc(const Plan& plan, const PlanStep& step, int64_
   return d;
 }
 
-Status enqueue_q8_layer(const StepLaunch& l) {
+Status enqueue_q8_layer(const StepLaunch& l, const cuda::CudnnQ8Conv* cudnn_q8, cudnnHandle_t cudnn) {
   const PlanStep& step = l.step;
   const kernels::Q8ConvDesc d = q8_layer_desc(l.plan, step, l.batch);
   const void* residual = d.has_residual ? l.value(step.inputs[1]) : nullptr;
   const auto* w_scale = static_cast<const float*>(l.weight(step.weight_scale));
   const auto* bias = static_cast<const float*>(l.weight(step.bias));
+  if (cudnn_q8 && is_q8_cudnn_tactic(step.tactic))
+    return cudnn_q8->launch(
+        cudnn, {l.value(step.inputs[0]), l.weight(step.weight), bias, residual, l.value(step.output)},
+        l.workspace);
   if (is_q8_mma_tactic(step.tactic))
     return kernels::launch_q8_mma_conv(step.tactic, d, l.value(step.inputs[0]), l.weight(step.weight),
                                        w_scale, bias, residual, l.value(step.output), l.stream, l.workspace,

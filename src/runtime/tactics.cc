@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cudnn_q8_conv.h"
 #include "backends/cuda/cutlass_conv.h"
 #include "backends/cuda/depthwise_conv.h"
 #include "backends/cuda/device.h"
@@ -48,6 +49,10 @@ constexpr int64_t kMaxWideCandidates = 16;
 // (d62b738, cap 16) took 30.6 s, 23.3 of them building 230 cuDNN candidate plans: every layer
 // searched wide, and every winner was among the first 7 timed. 12 keeps the H200's latest winner.
 constexpr int64_t kMaxTimedPerSearch = 12;
+// cudnn-q8 configurations built, checked and timed per 8-bit layer, in heuristic order. The probe
+// (bench/kernels/cudnn_q8_probe, bench/results/2026-12-07-b555e06) saw 9 candidates for the fused INT8
+// graph of each ResNet-18 layer it tried on an H100, 8 of which built; the fastest was the third.
+constexpr int64_t kMaxQ8CudnnCandidates = 8;
 
 struct Scratch {
   cuda::DeviceBuffer buffer;
@@ -178,6 +183,7 @@ std::vector<std::byte> random_codes(int64_t count, bool fp8, uint32_t seed) {
 std::string q8_difference(const std::vector<std::byte>& direct, const std::vector<std::byte>& mma, bool fp8,
                           DataType y_dtype) {
   if (direct.size() != mma.size()) return "output sizes differ";
+  if (direct == mma) return "";  // the common case, at memcmp's speed (outputs at batch 1024 are 100s of MB)
   if (!fp8) {
     size_t differ = 0;
     for (size_t i = 0; i < direct.size(); ++i) differ += direct[i] != mma[i];
@@ -621,7 +627,8 @@ Status check_runs_at_max_batch(const SelectionContext& c, const std::string& tac
   switch (conv_kernel_of_tactic(tactic)) {
     case ConvKernel::kDirect:
     case ConvKernel::kQ8Direct:
-    case ConvKernel::kQ8Mma: return Status::ok();
+    case ConvKernel::kQ8Mma:
+    case ConvKernel::kQ8Cudnn: return Status::ok();
     case ConvKernel::kDepthwise: return cuda::validate_depthwise_conv(desc);
     case ConvKernel::kCutlass:
       return cuda::cutlass_conv_supports(desc) ? Status::ok()
@@ -688,6 +695,97 @@ std::string q8_tactics_to_skip() {
 // An INT8/FP8 convolution or Gemm: what choose_q8_tactic decides.
 bool is_q8_layer(const PlanStep& step) {
   return (step.kind == StepKind::kGemm || step.kind == StepKind::kConv) && is_quantized(step.precision);
+}
+
+// The names GPULAB_SKIP_Q8_TACTICS may start with: the tiles, and cudnn-q8 (every cuDNN
+// configuration, or one: "cudnn-q8:4;").
+std::vector<std::string_view> q8_tactic_names() {
+  std::vector<std::string_view> names(kernels::q8_mma_tactics().begin(), kernels::q8_mma_tactics().end());
+  names.push_back(kQ8CudnnTactic);
+  return names;
+}
+
+// The float32 values of a plan weight (its host bytes).
+std::span<const float> host_floats(const Plan& plan, int w) {
+  if (w < 0) return {};
+  const auto& bytes = plan.weights[static_cast<size_t>(w)].bytes;
+  return {reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float)};
+}
+
+// What one 8-bit layer's tactic search has found so far.
+struct Q8Search {
+  std::optional<double> best;  // ms of `chosen`
+  std::string chosen;
+  std::string timings;  // "; <tactic> <ms>" for the log
+};
+
+// The cudnn-q8 configurations of an 8-bit conv step at the timing batch (`timed`; the rig holds its
+// weights, scales, bias, input and residual), up to kMaxQ8CudnnCandidates of them in heuristic order,
+// skipping those `skip` names: each built, run once, and kept only where its whole output agrees
+// with `direct`, the direct kernel's output for the same input (q8_difference, as for the tiles);
+// those timed against `search`.
+Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const kernels::Q8ConvDesc& timed,
+                       std::string_view skip, const std::vector<std::byte>& direct, Q8Search& search) {
+  TimingRig& rig = c.rig;
+  const bool fp8 = timed.x_dtype == DataType::kFp8E4M3;
+  const auto started = std::chrono::steady_clock::now();
+  auto conv = cuda::CudnnQ8Conv::with_candidates(rig.libs.cudnn(), timed, step.bias >= 0,
+                                                 host_floats(c.plan, step.weight_scale));
+  rig.candidate_build_s += seconds_since(started);
+  if (!conv.is_ok()) {
+    log_debug("tactics: {}: {}: {}", step.name, kQ8CudnnTactic, conv.status().message());
+    return Status::ok();
+  }
+  const cuda::Q8ConvPointers ptrs{rig.x.buffer.get(), rig.w.buffer.get(),
+                                  step.bias >= 0 ? static_cast<const float*>(rig.b.buffer.get()) : nullptr,
+                                  timed.has_residual ? rig.r.buffer.get() : nullptr, rig.y2.buffer.get()};
+  std::vector<std::byte> got(direct.size());
+  const int64_t count = std::min((*conv)->candidate_count(), kMaxQ8CudnnCandidates);
+  for (int64_t i = 0; i < count; ++i) {
+    const auto build_start = std::chrono::steady_clock::now();
+    const Status built = (*conv)->select(i);
+    rig.candidate_build_s += seconds_since(build_start);
+    ++rig.candidates_built;
+    const std::string tactic = (*conv)->tactic(i);
+    if (!built.is_ok()) {
+      log_debug("tactics: {}: {} rejected when built: {}", step.name, tactic, built.message());
+      continue;
+    }
+    if (tactic_in_list(skip, tactic)) {
+      log_debug("tactics: {}: {} skipped (GPULAB_SKIP_Q8_TACTICS)", step.name, tactic);
+      continue;
+    }
+    const int64_t ws_bytes = (*conv)->workspace_bytes();
+    if (ws_bytes > rig.ws_limit) {
+      log_debug("tactics: {}: {} needs {} MiB of workspace", step.name, tactic, ws_bytes >> 20);
+      continue;
+    }
+    GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
+    const auto run = [&] { return (*conv)->launch(rig.libs.cudnn(), ptrs, rig.ws.buffer.get()); };
+    const auto checked = [](cudaError_t e) {
+      return e == cudaSuccess ? Status::ok() : Status::device_error(cudaGetErrorString(e));
+    };
+    Status ran = run();
+    if (ran.is_ok()) ran = checked(cudaStreamSynchronize(rig.stream));
+    if (ran.is_ok()) ran = checked(cudaMemcpy(got.data(), ptrs.y, got.size(), cudaMemcpyDeviceToHost));
+    const std::string differs = ran.is_ok() ? q8_difference(direct, got, fp8, timed.y_dtype) : ran.message();
+    if (!differs.empty()) {
+      (void)cudaGetLastError();
+      log_warning("tactics: {}: {} does not agree with the direct 8-bit kernel ({}); not using it", step.name,
+                  tactic, differs);
+      continue;
+    }
+    GPULAB_ASSIGN_OR_RETURN(
+        const auto ms, rig.time(run, tactic_timing::give_up_ms(search.best.value_or(tactic_timing::kNoLimit)),
+                                false, fmt::format("{} {}", step.name, tactic)));
+    search.timings +=
+        fmt::format("; {} {}", tactic, ms ? fmt::format("{:.4f} ms", *ms) : std::string("failed"));
+    if (ms && (!search.best || *ms < *search.best)) {
+      search.best = ms;
+      search.chosen = tactic;
+    }
+  }
+  return Status::ok();
 }
 
 // The tactic of an INT8/FP8 kConv or kGemm (conv_step.h). One of kernels::q8_mma_tactics() (the
@@ -777,36 +875,48 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
     }
     agreeing.push_back(tactic);
   }
-  if (agreeing.empty()) return Status::ok();
-  std::string_view chosen = agreeing.front();
+  // cudnn-q8 is timed only (it has no "first that agrees" without timing), for conv layers whose
+  // graph it can express.
+  const bool try_cudnn = c.options.time_tactics && step.kind == StepKind::kConv &&
+                         cuda::cudnn_q8_conv_supports(timed).is_ok() && !tactic_in_list(skip, kQ8CudnnTactic);
+  if (agreeing.empty() && !try_cudnn) return Status::ok();
+  Q8Search search;
+  if (!agreeing.empty()) search.chosen = agreeing.front();
   if (c.options.time_tactics) {
     using tactic_timing::kNoLimit;
-    std::optional<double> best;
-    std::string timings;
     for (const std::string_view tactic : agreeing) {
-      GPULAB_ASSIGN_OR_RETURN(const auto ms, rig.time([&] { return run(timed, tactic, rig.y2.buffer.get()); },
-                                                      tactic_timing::give_up_ms(best.value_or(kNoLimit)),
-                                                      false, fmt::format("{} {}", step.name, tactic)));
-      timings += fmt::format("; {} {}", tactic, ms ? fmt::format("{:.4f} ms", *ms) : std::string("failed"));
-      if (ms && (!best || *ms < *best)) {
-        best = ms;
-        chosen = tactic;
+      GPULAB_ASSIGN_OR_RETURN(const auto ms,
+                              rig.time([&] { return run(timed, tactic, rig.y2.buffer.get()); },
+                                       tactic_timing::give_up_ms(search.best.value_or(kNoLimit)), false,
+                                       fmt::format("{} {}", step.name, tactic)));
+      search.timings +=
+          fmt::format("; {} {}", tactic, ms ? fmt::format("{:.4f} ms", *ms) : std::string("failed"));
+      if (ms && (!search.best || *ms < *search.best)) {
+        search.best = ms;
+        search.chosen = tactic;
       }
+    }
+    if (try_cudnn) {
+      // The direct kernel's output for the whole timing batch, which cuDNN's must reproduce.
+      std::vector<std::byte> direct_timed(y_bytes);
+      GPULAB_TRY(run(timed, {}, rig.y.buffer.get()));
+      GPULAB_TRY(fetch(rig.y.buffer.get(), direct_timed));
+      GPULAB_TRY(search_cudnn_q8(c, step, timed, skip, direct_timed, search));
     }
     // The direct kernel is given up on as soon as one launch is slower than the best tile's median.
     GPULAB_ASSIGN_OR_RETURN(const auto direct_ms,
                             rig.time([&] { return run(timed, {}, rig.y.buffer.get()); },
-                                     best.value_or(kNoLimit), true, step.name + " direct-q8"));
-    if (!best || (direct_ms && *direct_ms < *best)) {
+                                     search.best.value_or(kNoLimit), true, step.name + " direct-q8"));
+    if (!search.best || (direct_ms && *direct_ms < *search.best)) {
       log_info("tactics: {}: {} ({:.4f} ms{}) at batch {}", step.name, kQ8DirectTactic,
-               direct_ms.value_or(-1.0), timings, c.batch);
+               direct_ms.value_or(-1.0), search.timings, c.batch);
       return Status::ok();
     }
-    log_info("tactics: {}: {} ({:.4f} ms at batch {}{}; {} {})", step.name, chosen, *best, c.batch, timings,
-             kQ8DirectTactic,
+    log_info("tactics: {}: {} ({:.4f} ms at batch {}{}; {} {})", step.name, search.chosen, *search.best,
+             c.batch, search.timings, kQ8DirectTactic,
              direct_ms ? fmt::format("{:.4f} ms or more", *direct_ms) : std::string("failed"));
   }
-  step.tactic = std::string(chosen);
+  step.tactic = search.chosen;
   ++on_mma;
   return Status::ok();
 }
@@ -834,9 +944,10 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   int q8_layers = 0, q8_mma = 0;
   const std::string skip = q8_tactics_to_skip();
   if (!skip.empty() && std::ranges::any_of(plan.steps, is_q8_layer)) {
-    for (const std::string_view item : unmatched_list_items(skip, kernels::q8_mma_tactics()))
+    const std::vector<std::string_view> names = q8_tactic_names();
+    for (const std::string_view item : unmatched_list_items(skip, names))
       log_warning("GPULAB_SKIP_Q8_TACTICS: '{}' names no 8-bit tactic ({}); it skips nothing", item,
-                  fmt::join(kernels::q8_mma_tactics(), ", "));
+                  fmt::join(names, ", "));
     log_info("tactics: 8-bit tactics named in GPULAB_SKIP_Q8_TACTICS ('{}') are not tried", skip);
   }
   for (auto& step : plan.steps) {
@@ -871,10 +982,10 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         report.candidate_build_s, report.candidates_built, report.timing_s, report.timing_runs);
   if (q8_layers > 0)
     log_info(
-        "tactics: {} INT8/FP8 layers on the tensor-core kernels or {} ({}, {}, {}), {} on the direct one "
-        "({})",
-        q8_mma, kQ8SmallKTactic, kQ8MmaTactic, kQ8WgmmaTactic, kQ8CutlassTactic, q8_layers - q8_mma,
-        kQ8DirectTactic);
+        "tactics: {} INT8/FP8 layers on the tensor-core kernels, {} or cuDNN ({}, {}, {}, {}), {} on the "
+        "direct one ({})",
+        q8_mma, kQ8SmallKTactic, kQ8MmaTactic, kQ8WgmmaTactic, kQ8CutlassTactic, kQ8CudnnTactic,
+        q8_layers - q8_mma, kQ8DirectTactic);
   return report;
 }
 

@@ -3,10 +3,10 @@
 #include <cudnn_frontend.h>
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
+
+#include "backends/cuda/cudnn_graph.h"
 
 namespace gpulab::cuda {
 
@@ -20,10 +20,6 @@ fe::DataType_t fe_type(DataType dtype) {
     case DataType::kBFloat16: return fe::DataType_t::BFLOAT16;
     default: return fe::DataType_t::FLOAT;
   }
-}
-
-Status fe_error(fe::error_t e, const std::string& where) {
-  return Status::unsupported(fmt::format("cuDNN {}: {}", where, e.get_message()));
 }
 
 }  // namespace
@@ -44,9 +40,8 @@ std::string conv_signature(const ConvProblem& p) {
 
 struct CudnnConv::Impl {
   ConvProblem problem;
-  std::shared_ptr<fe::graph::Graph> graph;
+  CudnnPlans plans;
   int64_t x_uid = 1, w_uid = 2, b_uid = 3, r_uid = 4, y_uid = 5;
-  std::vector<bool> built;
 };
 
 CudnnConv::CudnnConv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -109,22 +104,16 @@ Result<std::shared_ptr<fe::graph::Graph>> make_graph(cudnnHandle_t handle, const
   }
   y->set_output(true).set_uid(5).set_data_type(fe_type(p.dtype));
   y->set_dim({p.n, p.k, p.out_h, p.out_w}).set_stride({p.k * p.out_h * p.out_w, 1, p.k * p.out_w, p.k});
-  if (auto e = g->validate(); e.is_bad()) return fe_error(e, "validate " + conv_signature(p));
+  if (auto e = g->validate(); e.is_bad()) return cudnn_error(e, "validate " + conv_signature(p));
   if (auto e = g->build_operation_graph(handle); e.is_bad())
-    return fe_error(e, "operation graph " + conv_signature(p));
+    return cudnn_error(e, "operation graph " + conv_signature(p));
   return g;
 }
 
 void apply_numeric_filters(fe::graph::Graph& g, Precision precision) {
   using N = fe::NumericalNote_t;
-  // Deterministic engines only: eager and graph replay must agree bitwise. GPULAB_CUDNN_NONDETERMINISTIC=1
-  // lifts that, to measure what determinism costs.
+  // Deterministic engines only (deselect_cudnn_notes): eager and graph replay must agree bitwise.
   std::vector<N> barred = {N::REDUCED_PRECISION_REDUCTION};
-  static const bool allow_nondeterministic = [] {
-    const char* env = std::getenv("GPULAB_CUDNN_NONDETERMINISTIC");
-    return env && std::string_view(env) == "1";
-  }();
-  if (!allow_nondeterministic) barred.push_back(N::NONDETERMINISTIC);
   if (precision == Precision::kFp32) {
     // FP32 means FP32 arithmetic: no TF32 tensor cores and no down-converted inputs. Winograd
     // and FFT engines compute in FP32 too (PyTorch's FP32 convolutions use them); their transform
@@ -132,16 +121,7 @@ void apply_numeric_filters(fe::graph::Graph& g, Precision precision) {
     // and the tactic timer takes them only where they are faster.
     for (N n : {N::TENSOR_CORE, N::DOWN_CONVERT_INPUTS}) barred.push_back(n);
   }
-  g.deselect_numeric_notes(barred);
-}
-
-std::string knobs_string(const std::unordered_map<fe::KnobType_t, int64_t>& knobs) {
-  std::vector<std::pair<int, int64_t>> sorted;
-  for (const auto& [k, v] : knobs) sorted.emplace_back(static_cast<int>(k), v);
-  std::sort(sorted.begin(), sorted.end());
-  std::string out;
-  for (const auto& [k, v] : sorted) out += fmt::format("{}{}={}", out.empty() ? "" : ",", k, v);
-  return out;
+  deselect_cudnn_notes(g, std::move(barred));
 }
 
 }  // namespace
@@ -149,14 +129,13 @@ std::string knobs_string(const std::unordered_map<fe::KnobType_t, int64_t>& knob
 Result<std::unique_ptr<CudnnConv>> CudnnConv::with_candidates(cudnnHandle_t handle, const ConvProblem& p) {
   GPULAB_ASSIGN_OR_RETURN(auto g, make_graph(handle, p));
   if (auto e = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); e.is_bad())
-    return fe_error(e, "heuristics " + conv_signature(p));
+    return cudnn_error(e, "heuristics " + conv_signature(p));
   apply_numeric_filters(*g, p.precision);
   // check_support fails only when no candidate at all is supported.
-  if (auto e = g->check_support(); e.is_bad()) return fe_error(e, "no engine for " + conv_signature(p));
+  if (auto e = g->check_support(); e.is_bad()) return cudnn_error(e, "no engine for " + conv_signature(p));
   auto impl = std::make_unique<Impl>();
   impl->problem = p;
-  impl->graph = std::move(g);
-  impl->built.assign(static_cast<size_t>(impl->graph->get_execution_plan_count()), false);
+  impl->plans = CudnnPlans(std::move(g));
   return std::unique_ptr<CudnnConv>(new CudnnConv(std::move(impl)));
 }
 
@@ -174,36 +153,14 @@ Result<std::unique_ptr<CudnnConv>> CudnnConv::with_tactic(cudnnHandle_t handle, 
   } else {
     return Status::invalid_argument("cuDNN: '" + tactic + "' is not a cuDNN tactic.");
   }
-  const auto semi = body.find(';');
-  int64_t engine = 0;
-  std::unordered_map<fe::KnobType_t, int64_t> knobs;
-  try {
-    engine = std::stoll(body.substr(0, semi));
-    if (semi != std::string::npos) {
-      const auto end = body.find(';', semi + 1);
-      const std::string list =
-          body.substr(semi + 1, end == std::string::npos ? std::string::npos : end - semi - 1);
-      size_t at = 0;
-      while (at < list.size()) {
-        const size_t comma = list.find(',', at);
-        const std::string item = list.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-        const size_t eq = item.find('=');
-        if (eq == std::string::npos) throw std::invalid_argument(item);
-        knobs[static_cast<fe::KnobType_t>(std::stoi(item.substr(0, eq)))] = std::stoll(item.substr(eq + 1));
-        if (comma == std::string::npos) break;
-        at = comma + 1;
-      }
-    }
-  } catch (const std::exception&) {
-    return Status::invalid_argument("cuDNN: tactic '" + tactic + "' is malformed.");
-  }
+  GPULAB_ASSIGN_OR_RETURN(const CudnnEngineConfig config, parse_cudnn_engine_config(body, tactic));
   GPULAB_ASSIGN_OR_RETURN(auto g, make_graph(handle, p));
-  if (auto e = g->create_execution_plan(engine, knobs); e.is_bad()) return fe_error(e, "engine " + tactic);
-  if (auto e = g->check_support(); e.is_bad()) return fe_error(e, "engine " + tactic);
+  if (auto e = g->create_execution_plan(config.engine, frontend_knobs(config)); e.is_bad())
+    return cudnn_error(e, "engine " + tactic);
+  if (auto e = g->check_support(); e.is_bad()) return cudnn_error(e, "engine " + tactic);
   auto impl = std::make_unique<Impl>();
   impl->problem = p;
-  impl->graph = std::move(g);
-  impl->built.assign(static_cast<size_t>(impl->graph->get_execution_plan_count()), false);
+  impl->plans = CudnnPlans(std::move(g));
   std::unique_ptr<CudnnConv> conv(new CudnnConv(std::move(impl)));
   GPULAB_TRY(conv->select(0));
   return conv;
@@ -225,29 +182,17 @@ Result<std::unique_ptr<CudnnConv>> CudnnConv::with_heuristic_choice(cudnnHandle_
 }
 
 int64_t CudnnConv::candidate_count() const {
-  return static_cast<int64_t>(impl_->built.size());
+  return impl_->plans.count();
 }
 
 Status CudnnConv::select(int64_t index) {
-  if (index < 0 || index >= candidate_count())
-    return Status::internal(fmt::format("cuDNN: candidate {} of {}", index, candidate_count()));
-  if (!impl_->built[index]) {
-    if (auto e = impl_->graph->build_plan_at_index(index); e.is_bad())
-      return fe_error(e, fmt::format("build candidate {}", index));
-    impl_->built[index] = true;
-  }
+  GPULAB_TRY(impl_->plans.build(index, "cuDNN"));
   selected_ = index;
   return Status::ok();
 }
 
 std::string CudnnConv::tactic(int64_t index) const {
-  int64_t engine = -1;
-  std::unordered_map<fe::KnobType_t, int64_t> knobs;
-  std::string name;
-  if (impl_->graph->get_engine_and_knobs_at_index(index, engine, knobs).is_bad()) return "cudnn:?";
-  (void)impl_->graph->get_plan_name_at_index(index, name);
-  return fmt::format("{}:{};{};{}", impl_->problem.fused ? "cudnn" : "cudnn-unfused", engine,
-                     knobs_string(knobs), name);
+  return cudnn_engine_tactic(impl_->plans.graph(), index, impl_->problem.fused ? "cudnn:" : "cudnn-unfused:");
 }
 
 bool CudnnConv::fused() const {
@@ -255,9 +200,7 @@ bool CudnnConv::fused() const {
 }
 
 int64_t CudnnConv::workspace_bytes() const {
-  int64_t bytes = 0;
-  if (selected_ < 0 || impl_->graph->get_workspace_size_plan_at_index(selected_, bytes).is_bad()) return 0;
-  return bytes;
+  return selected_ < 0 ? 0 : impl_->plans.workspace_bytes(selected_);
 }
 
 Status CudnnConv::launch(cudnnHandle_t handle, const ConvPointers& ptrs, void* workspace) const {
@@ -268,7 +211,7 @@ Status CudnnConv::launch(cudnnHandle_t handle, const ConvPointers& ptrs, void* w
   if (impl_->problem.fused && impl_->problem.has_bias) pack[impl_->b_uid] = const_cast<void*>(ptrs.bias);
   if (impl_->problem.fused && impl_->problem.attrs.has_residual)
     pack[impl_->r_uid] = const_cast<void*>(ptrs.residual);
-  if (auto e = impl_->graph->execute_plan_at_index(handle, pack, workspace, selected_); e.is_bad())
+  if (auto e = impl_->plans.graph().execute_plan_at_index(handle, pack, workspace, selected_); e.is_bad())
     return Status::device_error(fmt::format("cuDNN: execute {} failed: {}.", conv_signature(impl_->problem),
                                             fe::error_t(e).get_message()));
   return Status::ok();

@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -48,7 +49,8 @@ int compute_capability() {
 // The GPU's logits and the interpreter's for `input` on the plan the engine built and saved.
 struct Pair {
   std::vector<float> gpu, interpreted;
-  int mma_layers = 0;  // 8-bit layers on the tensor-core kernel or dp4a-q8:1x1 (not the direct one)
+  int mma_layers = 0;    // 8-bit layers on the tensor-core kernel or dp4a-q8:1x1 (not the direct one)
+  int cudnn_layers = 0;  // ... on cuDNN's graph (cudnn-q8, chosen only with tactic timing)
 };
 Pair run_both(const Graph& graph, const BuildOptions& options, const Tensor& input) {
   Pair out;
@@ -65,9 +67,11 @@ Pair run_both(const Graph& graph, const BuildOptions& options, const Tensor& inp
   if (!plan.is_ok() || !context.is_ok()) return out;
   for (const PlanStep& s : plan->steps)
     if ((s.kind == StepKind::kConv || s.kind == StepKind::kGemm) && is_quantized(s.precision)) {
-      const bool mma = is_q8_mma_tactic(s.tactic);
-      EXPECT_TRUE(s.tactic == "direct-q8" || mma) << s.name << ": " << s.tactic;
+      const bool mma = is_q8_mma_tactic(s.tactic), cudnn = is_q8_cudnn_tactic(s.tactic);
+      EXPECT_TRUE(s.tactic == "direct-q8" || mma || (cudnn && options.time_tactics))
+          << s.name << ": " << s.tactic;
       out.mma_layers += mma;
+      out.cudnn_layers += cudnn;
     }
   auto logits = (*context)->run(input, /*use_cuda_graph=*/true);
   EXPECT_TRUE(logits.is_ok()) << logits.status().to_string();
@@ -92,9 +96,10 @@ void expect_agreement(const Pair& p, Precision precision) {
 }
 
 // `min_mma_layers`: how many 8-bit layers must run on the tensor-core kernel (or dp4a-q8:1x1) at least.
+// `time_tactics`: choose each layer's tactic by timing (cuDNN's 8-bit configurations among them).
 void check_precision_runs(Precision precision, const Graph& graph, const std::map<std::string, float>& amax,
-                          const Tensor& input, int min_mma_layers = 0) {
-  BuildOptions options{.precision = precision, .max_batch = input.shape()[0], .time_tactics = false};
+                          const Tensor& input, int min_mma_layers = 0, bool time_tactics = false) {
+  BuildOptions options{.precision = precision, .max_batch = input.shape()[0], .time_tactics = time_tactics};
   options.activation_amax = amax;
   if (precision == Precision::kFp8 && compute_capability() < 89) {
     auto refused = build_engine_from_graph(graph, options, false);
@@ -106,7 +111,10 @@ void check_precision_runs(Precision precision, const Graph& graph, const std::ma
     return;
   }
   const Pair pair = run_both(graph, options, input);
-  EXPECT_GE(pair.mma_layers, min_mma_layers);
+  EXPECT_GE(pair.mma_layers + pair.cudnn_layers, min_mma_layers);
+  if (time_tactics)
+    std::printf("%s, timed tactics: %d layers on the tensor-core kernels, %d on cuDNN\n",
+                std::string(precision_name(precision)).c_str(), pair.mma_layers, pair.cudnn_layers);
   expect_agreement(pair, precision);
 }
 
@@ -120,6 +128,8 @@ TEST(QuantizedEngine, ResidualNetMatchesTheInterpreter) {
   for (Precision p : {Precision::kInt8, Precision::kFp8}) {
     SCOPED_TRACE(precision_name(p));
     check_precision_runs(p, graph, amax, input);
+    SCOPED_TRACE("timed");  // cudnn-q8 competes, the residual layer's graph included
+    check_precision_runs(p, graph, amax, input, 0, /*time_tactics=*/true);
   }
 }
 
@@ -149,6 +159,13 @@ TEST(QuantizedEngine, MobileNetV2OnPhotosMatchesTheInterpreter) {
     // Every Conv and Gemm with a multiple of 8 input channels and groups 1: the 1x1 expand and
     // project layers and the classifier, all but the stem and the depthwise layers.
     check_precision_runs(p, *graph, amax, *input, /*min_mma_layers=*/30);
+  }
+  // With tactic timing, as `gpulab build` chooses: the cudnn-q8 configurations compete, and those
+  // chosen run through the context's cuDNN plans and the CUDA graph; the INT8 logits must still be
+  // the interpreter's bit for bit.
+  for (Precision p : {Precision::kInt8, Precision::kFp8}) {
+    SCOPED_TRACE(std::string(precision_name(p)) + ", timed");
+    check_precision_runs(p, *graph, amax, *input, /*min_mma_layers=*/30, /*time_tactics=*/true);
   }
 }
 

@@ -1,8 +1,12 @@
 // The 8-bit kernels of INT8/FP8 plans (kernels/quant_kernels.h) against host loops that follow
 // src/core/quant.h step by step (its host functions: the same rules, no shared device code). INT8
 // must match bit for bit; FP8 convolutions sum in another order than the host loop, so their
-// outputs may be one E4M3 step apart (code distance 1), everything else matches exactly.
+// outputs may be one E4M3 step apart (code distance 1), everything else matches exactly. cuDNN's
+// 8-bit graph (cuda::CudnnQ8Conv, the cudnn-q8 tactic) is held to the same rule where the tactic
+// search would take it.
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cuda/cudnn_q8_conv.h"
 #include "backends/cuda/kernels/quant_kernels.h"
 #include "core/half.h"
 #include "core/quant.h"
@@ -310,6 +315,41 @@ bool device_has_fp8_mma() {
   return major * 10 + minor >= 89;
 }
 
+// A case's seeded inputs, scales and bias, and what host_conv computes from them.
+struct CaseData {
+  std::vector<uint8_t> x, w, res;
+  std::vector<float> w_scale, bias;
+  std::vector<uint8_t> want_codes;
+  std::vector<float> want_values;
+  explicit CaseData(const Q8ConvDesc& d) {
+    const bool fp8 = d.x_dtype == DataType::kFp8E4M3;
+    x = random_codes(static_cast<size_t>(d.n * d.h * d.w * d.c), fp8, 1);
+    w = random_codes(static_cast<size_t>(d.k * d.r * d.s * (d.c / d.groups)), fp8, 2);
+    res = random_codes(static_cast<size_t>(d.n * d.out_h * d.out_w * d.k), fp8, 3);
+    w_scale.resize(static_cast<size_t>(d.k));
+    bias.resize(static_cast<size_t>(d.k));
+    for (int64_t k = 0; k < d.k; ++k) {
+      w_scale[k] = (fp8 ? 0.001f : 0.01f) * static_cast<float>(1 + k % 5);
+      bias[k] = 0.1f * static_cast<float>(k % 7) - 0.3f;
+    }
+    host_conv(d, x, w, w_scale, bias, res, want_codes, want_values);
+  }
+};
+
+// Outputs of `got` off the host's codes: any difference, and more than one E4M3 step.
+struct CodeDistance {
+  int off = 0, far = 0;
+};
+CodeDistance code_distance(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, bool fp8) {
+  CodeDistance out;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const int diff = std::abs(code_rank(got[i], fp8) - code_rank(want[i], fp8));
+    out.off += diff > 0;
+    out.far += diff > 1;
+  }
+  return out;
+}
+
 // `mma`: launch_q8_mma_conv with each of its tiles on mma_conv_cases, else launch_q8_conv on
 // conv_cases.
 void check_conv(DataType q, bool mma = false) {
@@ -325,17 +365,8 @@ void check_conv(DataType q, bool mma = false) {
     if (mma) {
       ASSERT_TRUE(validate_q8_mma(d).is_ok()) << validate_q8_mma(d).to_string();
     }
-    const auto x = random_codes(static_cast<size_t>(d.n * d.h * d.w * d.c), fp8, 1);
-    const auto w = random_codes(static_cast<size_t>(d.k * d.r * d.s * (d.c / d.groups)), fp8, 2);
-    const auto res = random_codes(static_cast<size_t>(d.n * d.out_h * d.out_w * d.k), fp8, 3);
-    std::vector<float> w_scale(static_cast<size_t>(d.k)), bias(static_cast<size_t>(d.k));
-    for (int64_t k = 0; k < d.k; ++k) {
-      w_scale[k] = (fp8 ? 0.001f : 0.01f) * static_cast<float>(1 + k % 5);
-      bias[k] = 0.1f * static_cast<float>(k % 7) - 0.3f;
-    }
-    std::vector<uint8_t> want_codes;
-    std::vector<float> want_values;
-    host_conv(d, x, w, w_scale, bias, res, want_codes, want_values);
+    const CaseData data(d);
+    const auto& [x, w, res, w_scale, bias, want_codes, want_values] = data;
     DeviceBuffer dx(as_bytes(x)), dw(as_bytes(w)), dres(as_bytes(res));
     DeviceBuffer dscale(testing::encode(w_scale, DataType::kFloat32)),
         dbias(testing::encode(bias, DataType::kFloat32));
@@ -369,17 +400,11 @@ void check_conv(DataType q, bool mma = false) {
         testing::expect_synced();
         EXPECT_TRUE(dy.tail_untouched());
         if (d.y_dtype == d.x_dtype) {
-          const auto got = as_u8(dy.download());
-          int far = 0, off = 0;
-          for (size_t i = 0; i < out_count; ++i) {
-            const int diff = std::abs(code_rank(got[i], fp8) - code_rank(want_codes[i], fp8));
-            off += diff > 0;
-            far += diff > 1;
-          }
+          const CodeDistance dist = code_distance(as_u8(dy.download()), want_codes, fp8);
           if (fp8) {
-            EXPECT_EQ(far, 0) << "FP8 outputs more than one E4M3 step apart";
+            EXPECT_EQ(dist.far, 0) << "FP8 outputs more than one E4M3 step apart";
           } else {
-            EXPECT_EQ(off, 0) << "INT8 outputs differ";
+            EXPECT_EQ(dist.off, 0) << "INT8 outputs differ";
           }
         } else {
           const auto got = testing::decode(dy.download(), d.y_dtype);
@@ -407,6 +432,85 @@ TEST(QuantKernels, Int8TensorCoreConvolutionMatchesTheRulesBitForBit) {
 
 TEST(QuantKernels, Fp8TensorCoreConvolutionWithinOneStep) {
   check_conv(DataType::kFp8E4M3, /*mma=*/true);
+}
+
+// The case cuDNN must take bit for bit on sm_90: ResNet's layer1 shape with ReLU, as
+// bench/kernels/cudnn_q8_probe found it on an H100 (bench/results/2026-12-07-b555e06).
+constexpr std::string_view kCudnnRequiredCase = "3x3, c 64, k 64, 3 images of 13 x 21";
+
+// cuda::CudnnQ8Conv on the tensor-core cases its graph expresses: each configuration that builds
+// (the first 8 in heuristic order), against the host rule. cuDNN does not promise quant.h's
+// rounding, and the tactic search keeps only configurations whose bytes agree (INT8) or lie within
+// one E4M3 step (FP8); so here: no configuration writes outside y, the first that agrees computes
+// the same bytes when rebuilt from its tactic string, and on sm_90 kCudnnRequiredCase has one that
+// agrees. What agrees where is printed ("cudnn-q8 <type>, <case>: [<tactic>: <n> of <count> off]").
+void check_cudnn(DataType q) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  const bool fp8 = q == DataType::kFp8E4M3;
+  if (fp8 && !device_has_fp8_mma()) {
+    GTEST_SKIP() << "cuDNN's FP8 convolutions need sm_89 or newer";
+  }
+  cudnnHandle_t handle = nullptr;
+  ASSERT_EQ(cudnnCreate(&handle), CUDNN_STATUS_SUCCESS);
+  const size_t workspace_bytes = size_t{256} << 20;
+  DeviceBuffer workspace(workspace_bytes);
+  for (const ConvCase& cs : mma_conv_cases(q)) {
+    const Q8ConvDesc& d = cs.d;
+    if (!cuda::cudnn_q8_conv_supports(d).is_ok()) continue;
+    SCOPED_TRACE(cs.name);
+    const CaseData data(d);
+    DeviceBuffer dx(as_bytes(data.x)), dw(as_bytes(data.w)), dres(as_bytes(data.res));
+    DeviceBuffer dbias(testing::encode(data.bias, DataType::kFloat32));
+    const auto pointers = [&](void* y) {
+      return cuda::Q8ConvPointers{dx.get(), dw.get(), static_cast<const float*>(dbias.get()),
+                                  d.has_residual ? dres.get() : nullptr, y};
+    };
+    auto conv = cuda::CudnnQ8Conv::with_candidates(handle, d, /*has_bias=*/true, data.w_scale);
+    std::string summary;
+    int agreeing = 0;
+    if (!conv.is_ok()) summary = " " + conv.status().message();
+    for (int64_t i = 0; conv.is_ok() && i < std::min<int64_t>((*conv)->candidate_count(), 8); ++i) {
+      const std::string tactic = (*conv)->tactic(i);
+      if (const Status built = (*conv)->select(i); !built.is_ok()) {
+        summary += fmt::format(" [{}: not built]", tactic);
+        continue;
+      }
+      if ((*conv)->workspace_bytes() > static_cast<int64_t>(workspace_bytes)) {
+        summary += fmt::format(" [{}: {} MiB of workspace]", tactic, (*conv)->workspace_bytes() >> 20);
+        continue;
+      }
+      DeviceBuffer dy(data.want_codes.size());
+      const Status ran = (*conv)->launch(handle, pointers(dy.get()), workspace.get());
+      ASSERT_TRUE(ran.is_ok()) << tactic << ": " << ran.to_string();
+      testing::expect_synced();
+      EXPECT_TRUE(dy.tail_untouched()) << tactic;
+      const auto got = as_u8(dy.download());
+      const CodeDistance dist = code_distance(got, data.want_codes, fp8);
+      const bool agrees = fp8 ? dist.far == 0 : dist.off == 0;
+      summary += fmt::format(" [{}: {} of {} off{}]", tactic, dist.off, got.size(),
+                             fp8 ? fmt::format(", {} by more than one step", dist.far) : "");
+      if (!agrees || ++agreeing > 1) continue;
+      auto again = cuda::CudnnQ8Conv::with_tactic(handle, d, /*has_bias=*/true, data.w_scale, tactic);
+      ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+      DeviceBuffer dy2(got.size());
+      ASSERT_TRUE((*again)->launch(handle, pointers(dy2.get()), workspace.get()).is_ok());
+      testing::expect_synced();
+      EXPECT_EQ(as_u8(dy2.download()), got) << tactic << " rebuilt from its tactic string";
+    }
+    std::printf("cudnn-q8 %s, %s:%s\n", std::string(dtype_name(q)).c_str(), cs.name, summary.c_str());
+    if (!fp8 && cs.name == kCudnnRequiredCase && testing::is_sm90()) {
+      EXPECT_GT(agreeing, 0) << "no cuDNN configuration computes the rule's bytes";
+    }
+  }
+  cudnnDestroy(handle);
+}
+
+TEST(QuantKernels, Int8CudnnConvolutionAgreesWhereTheSearchWouldTakeIt) {
+  check_cudnn(DataType::kInt8);
+}
+
+TEST(QuantKernels, Fp8CudnnConvolutionAgreesWhereTheSearchWouldTakeIt) {
+  check_cudnn(DataType::kFp8E4M3);
 }
 
 TEST(QuantKernels, InputCastsPoolsMatchExactly) {

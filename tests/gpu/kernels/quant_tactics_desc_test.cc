@@ -1,13 +1,16 @@
-// Host-side rules of the 8-bit tensor-core tactics: every name q8_mma_tactics() offers is one the
-// plan format and the conv step accept as an 8-bit tactic (engine.cc refuses a plan whose INT8
-// layer names anything else), and which tiles take which layers (q8_mma_tactic_supports). Needs
-// the CUDA build but no GPU: nothing here reaches the device.
+// Host-side rules of the 8-bit tactics: every name q8_mma_tactics() offers is one the plan format
+// and the conv step accept as an 8-bit tactic (engine.cc refuses a plan whose INT8 layer names
+// anything else), which tiles take which layers (q8_mma_tactic_supports), and cuDNN's 8-bit tactic
+// strings (cudnn_engine_config.h) and layers (cudnn_q8_conv_supports). Needs the CUDA build but no
+// GPU: nothing here reaches the device.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "backends/cuda/cudnn_engine_config.h"
+#include "backends/cuda/cudnn_q8_conv.h"
 #include "backends/cuda/kernels/quant_kernels.h"
 #include "runtime/conv_step.h"
 
@@ -76,6 +79,68 @@ TEST(QuantTactics, CutlassTilesTakeInt8LayersOfSixteenChannelMultiples) {
     EXPECT_EQ(q8_mma_tactic_supports(t, k24).code(), StatusCode::kUnsupported);
   }
   EXPECT_EQ(cutlass_tiles, 3);
+}
+
+TEST(QuantTactics, CudnnTacticsAreEightBitTacticsOfTheirOwnKind) {
+  for (const std::string_view t : {"cudnn-q8:4;24=4;eng4_k24=4", "cudnn-q8:71;;eng71"}) {
+    EXPECT_TRUE(is_q8_cudnn_tactic(t)) << t;
+    EXPECT_TRUE(is_q8_tactic(t)) << t;
+    EXPECT_FALSE(is_q8_mma_tactic(t)) << t;
+    EXPECT_EQ(conv_kernel_of_tactic(t), ConvKernel::kQ8Cudnn) << t;
+    EXPECT_TRUE(check_conv_tactic(t).is_ok()) << t;
+  }
+  EXPECT_FALSE(is_q8_cudnn_tactic("cudnn-q8"));           // a configuration is required
+  EXPECT_FALSE(is_q8_tactic("cudnn:4;24=4;eng4_k24=4"));  // the float convolutions' cuDNN tactics
+  EXPECT_EQ(conv_kernel_of_tactic("cudnn:4;24=4;eng4_k24=4"), ConvKernel::kCudnn);
+  EXPECT_TRUE(tactic_in_list("cudnn-q8", "cudnn-q8:4;24=4;eng4_k24=4"));
+  EXPECT_TRUE(tactic_in_list("cudnn-q8:4;", "cudnn-q8:4;24=4;eng4_k24=4"));
+  EXPECT_FALSE(tactic_in_list("cudnn-q8:4;", "cudnn-q8:71;;eng71"));
+}
+
+TEST(QuantTactics, CudnnEngineConfigurationsRoundTrip) {
+  using cuda::CudnnEngineConfig;
+  const auto parsed = cuda::parse_cudnn_engine_config("4;24=4,3=0;eng4_k24=4", "t");
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->engine, 4);
+  const std::vector<std::pair<int, int64_t>> knobs{{3, 0}, {24, 4}};  // sorted by id
+  EXPECT_EQ(parsed->knobs, knobs);
+  EXPECT_EQ(cuda::format_cudnn_engine_config("cudnn-q8:", *parsed, "eng4_k24=4"),
+            "cudnn-q8:4;3=0,24=4;eng4_k24=4");
+  for (const std::string_view body : {"71", "71;", "71;;eng71"}) {
+    const auto bare = cuda::parse_cudnn_engine_config(body, body);
+    ASSERT_TRUE(bare.is_ok()) << body;
+    EXPECT_EQ(bare->engine, 71);
+    EXPECT_TRUE(bare->knobs.empty()) << body;
+  }
+  // Knob values may be negative (cuDNN's tile and split knobs use -1 for "none").
+  const auto negative = cuda::parse_cudnn_engine_config("2;7=-1;x", "t");
+  ASSERT_TRUE(negative.is_ok());
+  EXPECT_EQ(negative->knobs.front().second, -1);
+  for (const std::string_view bad :
+       {"", "x", "-1", "4x;24=4", "4;24", "4;24=", "4;=3", "4;24=4,", "4;24=a;n"}) {
+    const auto refused = cuda::parse_cudnn_engine_config(bad, "cudnn-q8:<bad>");
+    ASSERT_FALSE(refused.is_ok()) << "'" << bad << "'";
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("cudnn-q8:<bad>"), std::string::npos);
+  }
+}
+
+TEST(QuantTactics, CudnnTakesLayersOfOneEightBitTypeWithoutGroups) {
+  Q8ConvDesc d = layer2();
+  EXPECT_TRUE(cuda::cudnn_q8_conv_supports(d).is_ok());
+  d.activation = Activation::kClip;
+  EXPECT_TRUE(cuda::cudnn_q8_conv_supports(d).is_ok());
+  d.x_dtype = d.y_dtype = DataType::kFp8E4M3;
+  EXPECT_TRUE(cuda::cudnn_q8_conv_supports(d).is_ok());
+  Q8ConvDesc dequantizing = layer2();
+  dequantizing.y_dtype = DataType::kFloat16;
+  EXPECT_EQ(cuda::cudnn_q8_conv_supports(dequantizing).code(), StatusCode::kUnsupported);
+  Q8ConvDesc mixed = layer2();
+  mixed.y_dtype = DataType::kFp8E4M3;
+  EXPECT_EQ(cuda::cudnn_q8_conv_supports(mixed).code(), StatusCode::kUnsupported);
+  Q8ConvDesc grouped = layer2();
+  grouped.groups = 2;
+  EXPECT_EQ(cuda::cudnn_q8_conv_supports(grouped).code(), StatusCode::kUnsupported);
 }
 
 }  // namespace
