@@ -5,14 +5,20 @@
 //   int8-fused-int8   the same sum, then gpulab's epilogue (src/core/quant.h): x float multiplier[k],
 //                     + bias[k], ReLU, x 1/y_scale, INT8 output
 //   int8-fused-float  the same without the last step, float output (a dequantizing epilogue)
+//   int8-residual-float  int8-fused-float with gpulab's residual term before the ReLU:
+//                     + float(q_residual) x residual_scale (a ResNet block's second convolution)
 //   fp8-fused-fp8     E4M3 x and w, float sum, the same epilogue, E4M3 output (sm_89+)
 // and reports, for each, how far cuDNN gets (validate, operation graph, heuristics, support, plan
 // build) with its message where it stops, how many engine configurations build, the fastest one's
 // median time at --batch (CUDA events, 5 warm-up launches, median of 20 per configuration), and
 // how its output compares with gpulab's rule on a batch of 2 (the same graph built for n = 2):
 // INT8/INT32 outputs byte for byte, float outputs by their largest relative difference, E4M3
-// outputs in codes apart. The inputs are seeded random codes; the multipliers and biases are in the
-// range of a calibrated layer's.
+// outputs in codes apart. For the float outputs every configuration that builds is also compared,
+// output for output, with candidate rounding rules ("rounding"): quant.h's (each multiply and add
+// rounded on its own) and the same with the multiply and the following add contracted into one
+// fused multiply-add, which is what an epilogue compiled without quant.h's __fmul_rn/__fadd_rn
+// would do; the rule a configuration matches on every output is the one its INT8 outputs follow. The inputs
+// are seeded random codes; the multipliers and biases are in the range of a calibrated layer's.
 //
 // Usage: cudnn_q8_probe [--batch N] [--json FILE]        (default batch 1024, tactic timing's)
 // Exit 0 when it ran (whatever cuDNN supports), 1 when there is no GPU, a CUDA call failed or the
@@ -59,15 +65,16 @@ constexpr Shape kShapes[] = {
     {"layer3.0.downsample (1x1/2, 128 -> 256, 28x28)", 128, 256, 28, 28, 1, 2, 0},
 };
 
-enum class Variant { kInt8ConvInt32, kInt8FusedInt8, kInt8FusedFloat, kFp8FusedFp8 };
+enum class Variant { kInt8ConvInt32, kInt8FusedInt8, kInt8FusedFloat, kInt8ResidualFloat, kFp8FusedFp8 };
 constexpr Variant kVariants[] = {Variant::kInt8ConvInt32, Variant::kInt8FusedInt8, Variant::kInt8FusedFloat,
-                                 Variant::kFp8FusedFp8};
+                                 Variant::kInt8ResidualFloat, Variant::kFp8FusedFp8};
 
 const char* variant_name(Variant v) {
   switch (v) {
     case Variant::kInt8ConvInt32: return "int8-conv-int32";
     case Variant::kInt8FusedInt8: return "int8-fused-int8";
     case Variant::kInt8FusedFloat: return "int8-fused-float";
+    case Variant::kInt8ResidualFloat: return "int8-residual-float";
     case Variant::kFp8FusedFp8: return "fp8-fused-fp8";
   }
   return "?";
@@ -78,17 +85,20 @@ bool is_fp8(Variant v) {
 bool is_fused(Variant v) {
   return v != Variant::kInt8ConvInt32;
 }
+bool is_float_out(Variant v) {
+  return v == Variant::kInt8FusedFloat || v == Variant::kInt8ResidualFloat;
+}
 size_t out_bytes(Variant v) {
-  return v == Variant::kInt8ConvInt32 || v == Variant::kInt8FusedFloat ? 4 : 1;
+  return v == Variant::kInt8ConvInt32 || is_float_out(v) ? 4 : 1;
 }
 
-enum Uid : int64_t { kX = 1, kW, kMultiplier, kBias, kInvScale, kY };
+enum Uid : int64_t { kX = 1, kW, kMultiplier, kBias, kInvScale, kY, kResidual, kResidualScale };
 
 // The layer's data on the host: codes, per-channel multipliers and biases, the output's 1/scale.
 struct Layer {
-  std::vector<uint8_t> x, w;  // int8 or E4M3 codes
+  std::vector<uint8_t> x, w, residual;  // int8 or E4M3 codes
   std::vector<float> multiplier, bias;
-  float inv_y_scale = 0;
+  float inv_y_scale = 0, residual_scale = 0;
 };
 
 Layer make_layer(const Shape& s, int64_t n, bool fp8) {
@@ -106,11 +116,17 @@ Layer make_layer(const Shape& s, int64_t n, bool fp8) {
     l.bias.push_back(bias(rng));
   }
   l.inv_y_scale = 1.0f / 0.05f;
+  l.residual.resize(static_cast<size_t>(n * s.out_h() * s.out_w() * s.k));
+  for (uint8_t& b : l.residual) b = static_cast<uint8_t>(code(rng));
+  l.residual_scale = 0.043f;
   return l;
 }
 
 // gpulab's rule (core/quant.h) on the host: the exact sum, then the epilogue step by step.
-std::vector<uint8_t> reference(const Shape& s, int64_t n, Variant v, const Layer& l) {
+// `sums` (INT8 only, when not null): the int32 sums, one per output.
+std::vector<uint8_t> reference(const Shape& s, int64_t n, Variant v, const Layer& l,
+                               std::vector<int32_t>* sums = nullptr) {
+  if (sums) sums->assign(static_cast<size_t>(n * s.out_h() * s.out_w() * s.k), 0);
   const int64_t oh = s.out_h(), ow = s.out_w();
   std::vector<uint8_t> out(static_cast<size_t>(n * oh * ow * s.k) * out_bytes(v));
   const auto value = [v](uint8_t b) {
@@ -136,14 +152,17 @@ std::vector<uint8_t> reference(const Shape& s, int64_t n, Variant v, const Layer
               }
             }
           const size_t at = static_cast<size_t>(((i * oh + y) * ow + x) * s.k + k);
+          if (sums) (*sums)[at] = iacc;
           if (v == Variant::kInt8ConvInt32) {
             std::memcpy(&out[at * 4], &iacc, 4);
             continue;
           }
           float t = (is_fp8(v) ? facc : static_cast<float>(iacc)) * l.multiplier[static_cast<size_t>(k)];
           t = t + l.bias[static_cast<size_t>(k)];
+          if (v == Variant::kInt8ResidualFloat)
+            t = t + static_cast<float>(static_cast<int8_t>(l.residual[at])) * l.residual_scale;
           t = std::max(t, 0.0f);
-          if (v == Variant::kInt8FusedFloat)
+          if (is_float_out(v))
             std::memcpy(&out[at * 4], &t, 4);
           else if (v == Variant::kInt8FusedInt8)
             out[at] = static_cast<uint8_t>(quantize_int8(t, l.inv_y_scale));
@@ -163,7 +182,7 @@ nlohmann::json compare(Variant v, const std::vector<uint8_t>& want, const std::v
     if (first.is_null()) first = {{"index", i}, {"want", want_value}, {"got", got_value}};
   };
   for (size_t i = 0; i < count; ++i) {
-    if (v == Variant::kInt8FusedFloat) {
+    if (is_float_out(v)) {
       float a, b;
       std::memcpy(&a, &want[i * 4], 4);
       std::memcpy(&b, &got[i * 4], 4);
@@ -189,9 +208,9 @@ nlohmann::json compare(Variant v, const std::vector<uint8_t>& want, const std::v
           {"differing", differ},
           {"first_difference", first},
           {"worst", worst},
-          {"worst_unit", v == Variant::kInt8FusedFloat ? "relative"
-                         : v == Variant::kFp8FusedFp8  ? "e4m3 codes"
-                                                       : "int steps"}};
+          {"worst_unit", is_float_out(v)              ? "relative"
+                         : v == Variant::kFp8FusedFp8 ? "e4m3 codes"
+                                                      : "int steps"}};
 }
 
 std::shared_ptr<fe::graph::Graph> make_graph(const Shape& s, int64_t n, Variant v) {
@@ -237,8 +256,23 @@ std::shared_ptr<fe::graph::Graph> make_graph(const Shape& s, int64_t n, Variant 
     };
     y = g->pointwise(y, per_channel("multiplier", kMultiplier), op(fe::PointwiseMode_t::MUL));
     y = g->pointwise(y, per_channel("bias", kBias), op(fe::PointwiseMode_t::ADD));
+    if (v == Variant::kInt8ResidualFloat) {
+      auto R = g->tensor(fe::graph::Tensor_attributes()
+                             .set_name("residual")
+                             .set_uid(kResidual)
+                             .set_data_type(io)
+                             .set_dim({n, s.k, s.out_h(), s.out_w()})
+                             .set_stride(nhwc(s.k, s.out_h(), s.out_w())));
+      auto rs = g->tensor(fe::graph::Tensor_attributes()
+                              .set_name("residual_scale")
+                              .set_uid(kResidualScale)
+                              .set_data_type(fe::DataType_t::FLOAT)
+                              .set_dim({1, 1, 1, 1})
+                              .set_stride({1, 1, 1, 1}));
+      y = g->pointwise(y, g->pointwise(R, rs, op(fe::PointwiseMode_t::MUL)), op(fe::PointwiseMode_t::ADD));
+    }
     y = g->pointwise(y, op(fe::PointwiseMode_t::RELU_FWD));
-    if (v != Variant::kInt8FusedFloat) {
+    if (!is_float_out(v)) {
       auto inv = g->tensor(fe::graph::Tensor_attributes()
                                .set_name("inv_y_scale")
                                .set_uid(kInvScale)
@@ -248,9 +282,9 @@ std::shared_ptr<fe::graph::Graph> make_graph(const Shape& s, int64_t n, Variant 
       y = g->pointwise(y, inv, op(fe::PointwiseMode_t::MUL));
     }
   }
-  const auto out_type = v == Variant::kInt8ConvInt32    ? fe::DataType_t::INT32
-                        : v == Variant::kInt8FusedFloat ? fe::DataType_t::FLOAT
-                                                        : io;
+  const auto out_type = v == Variant::kInt8ConvInt32 ? fe::DataType_t::INT32
+                        : is_float_out(v)            ? fe::DataType_t::FLOAT
+                                                     : io;
   y->set_output(true).set_uid(kY).set_data_type(out_type);
   y->set_dim({n, s.k, s.out_h(), s.out_w()}).set_stride(nhwc(s.k, s.out_h(), s.out_w()));
   return g;
@@ -272,7 +306,7 @@ struct DeviceBuffer {
 
 // The buffers of one layer at batch n, filled from `l`.
 struct Bound {
-  DeviceBuffer x, w, multiplier, bias, inv, y;
+  DeviceBuffer x, w, multiplier, bias, inv, residual, residual_scale, y;
   std::unordered_map<int64_t, void*> pack;
   Bound(const Layer& l, size_t y_bytes)
       : x(l.x.size()),
@@ -280,6 +314,8 @@ struct Bound {
         multiplier(l.multiplier.size() * 4),
         bias(l.bias.size() * 4),
         inv(4),
+        residual(l.residual.size()),
+        residual_scale(4),
         y(y_bytes) {
     PROBE_CUDA(cudaMemcpy(x.p, l.x.data(), l.x.size(), cudaMemcpyHostToDevice));
     PROBE_CUDA(cudaMemcpy(w.p, l.w.data(), l.w.size(), cudaMemcpyHostToDevice));
@@ -287,12 +323,16 @@ struct Bound {
         cudaMemcpy(multiplier.p, l.multiplier.data(), l.multiplier.size() * 4, cudaMemcpyHostToDevice));
     PROBE_CUDA(cudaMemcpy(bias.p, l.bias.data(), l.bias.size() * 4, cudaMemcpyHostToDevice));
     PROBE_CUDA(cudaMemcpy(inv.p, &l.inv_y_scale, 4, cudaMemcpyHostToDevice));
-    pack = {{kX, x.p},       {kW, w.p},          {kMultiplier, multiplier.p},
-            {kBias, bias.p}, {kInvScale, inv.p}, {kY, y.p}};
+    PROBE_CUDA(cudaMemcpy(residual.p, l.residual.data(), l.residual.size(), cudaMemcpyHostToDevice));
+    PROBE_CUDA(cudaMemcpy(residual_scale.p, &l.residual_scale, 4, cudaMemcpyHostToDevice));
+    pack = {{kX, x.p},          {kW, w.p}, {kMultiplier, multiplier.p}, {kBias, bias.p},
+            {kInvScale, inv.p}, {kY, y.p}, {kResidual, residual.p},     {kResidualScale, residual_scale.p}};
   }
-  void keep_only(bool fused, bool inv_scale) {
-    if (!fused) pack.erase(kMultiplier), pack.erase(kBias);
-    if (!inv_scale) pack.erase(kInvScale);
+  // Only the tensors variant v's graph has.
+  void keep_only(Variant v) {
+    if (!is_fused(v)) pack.erase(kMultiplier), pack.erase(kBias);
+    if (!is_fused(v) || is_float_out(v)) pack.erase(kInvScale);
+    if (v != Variant::kInt8ResidualFloat) pack.erase(kResidual), pack.erase(kResidualScale);
   }
 };
 
@@ -326,6 +366,68 @@ std::vector<int64_t> prepare(cudnnHandle_t handle, fe::graph::Graph& g, nlohmann
   return built;
 }
 
+// The float epilogue of a float-output variant under candidate rounding rules, from the int32 sums:
+// each multiply and add rounded on its own (quant.h), or pairs contracted into fused multiply-adds.
+std::vector<std::pair<std::string, std::vector<float>>> rounding_rules(const Shape& s, Variant v,
+                                                                       const Layer& l,
+                                                                       const std::vector<int32_t>& sums) {
+  const bool residual = v == Variant::kInt8ResidualFloat;
+  std::vector<std::pair<std::string, std::vector<float>>> rules;
+  const auto add_rule = [&](std::string name, bool fma_bias, bool fma_residual) {
+    std::vector<float> out(sums.size());
+    for (size_t at = 0; at < sums.size(); ++at) {
+      const size_t k = at % static_cast<size_t>(s.k);
+      const float acc = static_cast<float>(sums[at]);
+      float t = fma_bias ? std::fma(acc, l.multiplier[k], l.bias[k]) : acc * l.multiplier[k] + l.bias[k];
+      if (residual) {
+        const float r = static_cast<float>(static_cast<int8_t>(l.residual[at]));
+        t = fma_residual ? std::fma(r, l.residual_scale, t) : t + r * l.residual_scale;
+      }
+      out[at] = std::max(t, 0.0f);
+    }
+    rules.emplace_back(std::move(name), std::move(out));
+  };
+  add_rule("quant.h: acc*m, +bias" + std::string(residual ? ", +r*rs" : ""), false, false);
+  add_rule("fma(acc, m, bias)" + std::string(residual ? ", +r*rs" : ""), true, false);
+  if (residual) {
+    add_rule("acc*m, +bias, fma(r, rs, v)", false, true);
+    add_rule("fma(acc, m, bias), fma(r, rs, v)", true, true);
+  }
+  return rules;
+}
+
+// Every built configuration of `g` (the graph at the check batch, bound in `cb`) against each rule
+// of rounding_rules: how many float outputs differ from it.
+nlohmann::json rounding(cudnnHandle_t handle, const Shape& s, Variant v, const Layer& l, fe::graph::Graph& g,
+                        const std::vector<int64_t>& built, const Bound& cb) {
+  std::vector<int32_t> sums;
+  (void)reference(s, static_cast<int64_t>(l.x.size() / static_cast<size_t>(s.h * s.w * s.c)), v, l, &sums);
+  const auto rules = rounding_rules(s, v, l, sums);
+  nlohmann::json out = nlohmann::json::array();
+  std::vector<float> got(sums.size());
+  for (const int64_t i : built) {
+    std::string name;
+    (void)g.get_plan_name_at_index(i, name);
+    int64_t ws_bytes = 0;
+    (void)g.get_workspace_size_plan_at_index(i, ws_bytes);
+    DeviceBuffer ws(static_cast<size_t>(ws_bytes));
+    auto pack = cb.pack;
+    if (auto e = g.execute_plan_at_index(handle, pack, ws.p, i); e.is_bad()) {
+      out.push_back({{"name", name}, {"failed", e.get_message()}});
+      continue;
+    }
+    PROBE_CUDA(cudaMemcpy(got.data(), cb.y.p, got.size() * 4, cudaMemcpyDeviceToHost));
+    nlohmann::json differing;
+    for (const auto& [rule, want] : rules) {
+      size_t differ = 0;
+      for (size_t at = 0; at < want.size(); ++at) differ += std::memcmp(&want[at], &got[at], 4) != 0;
+      differing[rule] = differ;
+    }
+    out.push_back({{"name", name}, {"outputs", got.size()}, {"differing", differing}});
+  }
+  return out;
+}
+
 nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t batch) {
   nlohmann::json report{{"layer", s.name}, {"graph", variant_name(v)}, {"batch", batch}};
   auto g = make_graph(s, batch, v);
@@ -334,7 +436,7 @@ nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t ba
   const Layer layer = make_layer(s, batch, is_fp8(v));
   const size_t y_bytes = static_cast<size_t>(batch * s.out_h() * s.out_w() * s.k) * out_bytes(v);
   Bound b(layer, y_bytes);
-  b.keep_only(is_fused(v), is_fused(v) && v != Variant::kInt8FusedFloat);
+  b.keep_only(v);
   cudaEvent_t e0, e1;
   PROBE_CUDA(cudaEventCreate(&e0));
   PROBE_CUDA(cudaEventCreate(&e1));
@@ -386,7 +488,7 @@ nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t ba
   const Layer check = make_layer(s, kCheckBatch, is_fp8(v));
   const std::vector<uint8_t> want = reference(s, kCheckBatch, v, check);
   Bound cb(check, want.size());
-  cb.keep_only(is_fused(v), is_fused(v) && v != Variant::kInt8FusedFloat);
+  cb.keep_only(v);
   int64_t ws_bytes = 0;
   (void)small->get_workspace_size_plan_at_index(small_built.front(), ws_bytes);
   DeviceBuffer ws(static_cast<size_t>(ws_bytes));
@@ -397,6 +499,7 @@ nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t ba
   std::vector<uint8_t> got(want.size());
   PROBE_CUDA(cudaMemcpy(got.data(), cb.y.p, got.size(), cudaMemcpyDeviceToHost));
   report["agreement"] = compare(v, want, got);
+  if (is_float_out(v)) report["rounding"] = rounding(handle, s, v, check, *small, small_built, cb);
   return report;
 }
 
