@@ -160,13 +160,12 @@ TEST(QuantizedEngine, MobileNetV2OnPhotosMatchesTheInterpreter) {
     // project layers and the classifier, all but the stem and the depthwise layers.
     check_precision_runs(p, *graph, amax, *input, /*min_mma_layers=*/30);
   }
-  // With tactic timing, as `gpulab build` chooses: the cudnn-q8 configurations compete, and those
-  // chosen run through the context's cuDNN plans and the CUDA graph; the INT8 logits must still be
-  // the interpreter's bit for bit.
-  for (Precision p : {Precision::kInt8, Precision::kFp8}) {
-    SCOPED_TRACE(std::string(precision_name(p)) + ", timed");
-    check_precision_runs(p, *graph, amax, *input, /*min_mma_layers=*/30, /*time_tactics=*/true);
-  }
+  // INT8 with tactic timing, as `gpulab build` chooses: the cudnn-q8 configurations compete (on an
+  // H100 engine 7 took the stem, bench/results/2026-12-07-62b74db), those chosen run through the
+  // context's cuDNN plans and the CUDA graph, and the logits must still be the interpreter's bit for
+  // bit. (FP8 timed: ResidualNetMatchesTheInterpreter; both here ran past 130 s on the H100.)
+  SCOPED_TRACE("int8, timed");
+  check_precision_runs(Precision::kInt8, *graph, amax, *input, /*min_mma_layers=*/30, /*time_tactics=*/true);
 }
 
 }  // namespace
