@@ -7,6 +7,10 @@
 //   int8-fused-float  the same without the last step, float output (a dequantizing epilogue)
 //   int8-residual-float  int8-fused-float with gpulab's residual term before the ReLU:
 //                     + float(q_residual) x residual_scale (a ResNet block's second convolution)
+//   int8-ties-int8    int8-fused-int8 on data made of rounding ties: codes in [-2, 2], multiplier
+//                     0.5, bias 0, 1/y_scale 1, so every odd sum lands on .5 and quant.h's
+//                     round-half-to-even and a round-half-away-from-zero conversion differ on half
+//                     of them (whether the INT8 output conversion, not the epilogue, differs)
 //   fp8-fused-fp8     E4M3 x and w, float sum, the same epilogue, E4M3 output (sm_89+)
 // and reports, for each, how far cuDNN gets (validate, operation graph, heuristics, support, plan
 // build) with its message where it stops, how many engine configurations build, the fastest one's
@@ -65,14 +69,23 @@ constexpr Shape kShapes[] = {
     {"layer3.0.downsample (1x1/2, 128 -> 256, 28x28)", 128, 256, 28, 28, 1, 2, 0},
 };
 
-enum class Variant { kInt8ConvInt32, kInt8FusedInt8, kInt8FusedFloat, kInt8ResidualFloat, kFp8FusedFp8 };
-constexpr Variant kVariants[] = {Variant::kInt8ConvInt32, Variant::kInt8FusedInt8, Variant::kInt8FusedFloat,
-                                 Variant::kInt8ResidualFloat, Variant::kFp8FusedFp8};
+enum class Variant {
+  kInt8ConvInt32,
+  kInt8FusedInt8,
+  kInt8FusedFloat,
+  kInt8ResidualFloat,
+  kInt8TiesInt8,
+  kFp8FusedFp8
+};
+constexpr Variant kVariants[] = {Variant::kInt8ConvInt32,  Variant::kInt8FusedInt8,
+                                 Variant::kInt8FusedFloat, Variant::kInt8ResidualFloat,
+                                 Variant::kInt8TiesInt8,   Variant::kFp8FusedFp8};
 
 const char* variant_name(Variant v) {
   switch (v) {
     case Variant::kInt8ConvInt32: return "int8-conv-int32";
     case Variant::kInt8FusedInt8: return "int8-fused-int8";
+    case Variant::kInt8TiesInt8: return "int8-ties-int8";
     case Variant::kInt8FusedFloat: return "int8-fused-float";
     case Variant::kInt8ResidualFloat: return "int8-residual-float";
     case Variant::kFp8FusedFp8: return "fp8-fused-fp8";
@@ -84,6 +97,9 @@ bool is_fp8(Variant v) {
 }
 bool is_fused(Variant v) {
   return v != Variant::kInt8ConvInt32;
+}
+bool is_int8_out(Variant v) {
+  return v == Variant::kInt8FusedInt8 || v == Variant::kInt8TiesInt8;
 }
 bool is_float_out(Variant v) {
   return v == Variant::kInt8FusedFloat || v == Variant::kInt8ResidualFloat;
@@ -101,7 +117,8 @@ struct Layer {
   float inv_y_scale = 0, residual_scale = 0;
 };
 
-Layer make_layer(const Shape& s, int64_t n, bool fp8) {
+Layer make_layer(const Shape& s, int64_t n, Variant v) {
+  const bool fp8 = is_fp8(v);
   std::mt19937 rng(20261207);
   Layer l;
   l.x.resize(static_cast<size_t>(n * s.h * s.w * s.c));
@@ -119,6 +136,14 @@ Layer make_layer(const Shape& s, int64_t n, bool fp8) {
   l.residual.resize(static_cast<size_t>(n * s.out_h() * s.out_w() * s.k));
   for (uint8_t& b : l.residual) b = static_cast<uint8_t>(code(rng));
   l.residual_scale = 0.043f;
+  if (v == Variant::kInt8TiesInt8) {  // every odd sum a tie: acc x 0.5 x 1
+    std::uniform_int_distribution<int> small(-2, 2);
+    for (auto* codes : {&l.x, &l.w})
+      for (uint8_t& b : *codes) b = static_cast<uint8_t>(small(rng));
+    std::fill(l.multiplier.begin(), l.multiplier.end(), 0.5f);
+    std::fill(l.bias.begin(), l.bias.end(), 0.0f);
+    l.inv_y_scale = 1.0f;
+  }
   return l;
 }
 
@@ -164,7 +189,7 @@ std::vector<uint8_t> reference(const Shape& s, int64_t n, Variant v, const Layer
           t = std::max(t, 0.0f);
           if (is_float_out(v))
             std::memcpy(&out[at * 4], &t, 4);
-          else if (v == Variant::kInt8FusedInt8)
+          else if (is_int8_out(v))
             out[at] = static_cast<uint8_t>(quantize_int8(t, l.inv_y_scale));
           else
             out[at] = float_to_e4m3(t * l.inv_y_scale);
@@ -194,7 +219,7 @@ nlohmann::json compare(Variant v, const std::vector<uint8_t>& want, const std::v
       std::memcpy(&b, &got[i * 4], 4);
       if (a != b) ++differ, note_first(i, a, b);
       worst = std::max(worst, static_cast<double>(std::abs(int64_t{a} - int64_t{b})));
-    } else if (v == Variant::kInt8FusedInt8) {
+    } else if (is_int8_out(v)) {
       const int d = std::abs(static_cast<int8_t>(want[i]) - static_cast<int8_t>(got[i]));
       if (d != 0) ++differ, note_first(i, static_cast<int8_t>(want[i]), static_cast<int8_t>(got[i]));
       worst = std::max(worst, static_cast<double>(d));
@@ -433,7 +458,7 @@ nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t ba
   auto g = make_graph(s, batch, v);
   const std::vector<int64_t> built = prepare(handle, *g, report);
   if (built.empty()) return report;
-  const Layer layer = make_layer(s, batch, is_fp8(v));
+  const Layer layer = make_layer(s, batch, v);
   const size_t y_bytes = static_cast<size_t>(batch * s.out_h() * s.out_w() * s.k) * out_bytes(v);
   Bound b(layer, y_bytes);
   b.keep_only(v);
@@ -485,7 +510,7 @@ nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t ba
     report["agreement"] = {{"skipped", small_report}};
     return report;
   }
-  const Layer check = make_layer(s, kCheckBatch, is_fp8(v));
+  const Layer check = make_layer(s, kCheckBatch, v);
   const std::vector<uint8_t> want = reference(s, kCheckBatch, v, check);
   Bound cb(check, want.size());
   cb.keep_only(v);
@@ -500,6 +525,20 @@ nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t ba
   PROBE_CUDA(cudaMemcpy(got.data(), cb.y.p, got.size(), cudaMemcpyDeviceToHost));
   report["agreement"] = compare(v, want, got);
   if (is_float_out(v)) report["rounding"] = rounding(handle, s, v, check, *small, small_built, cb);
+  if (v == Variant::kInt8TiesInt8) {
+    // The same outputs against a conversion that rounds ties away from zero (after ReLU, up).
+    std::vector<int32_t> sums;
+    (void)reference(s, kCheckBatch, v, check, &sums);
+    size_t differ = 0;
+    for (size_t at = 0; at < sums.size(); ++at) {
+      const size_t k = at % static_cast<size_t>(s.k);
+      const float t = std::max(static_cast<float>(sums[at]) * check.multiplier[k] + check.bias[k], 0.0f);
+      const float q =
+          std::clamp(std::round(t * check.inv_y_scale), -128.0f, 127.0f);  // std::round: half away
+      differ += static_cast<int8_t>(got[at]) != static_cast<int8_t>(q);
+    }
+    report["differing_from_round_half_away"] = differ;
+  }
   return report;
 }
 
