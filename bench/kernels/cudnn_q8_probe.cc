@@ -11,6 +11,10 @@
 //                     0.5, bias 0, 1/y_scale 1, so every odd sum lands on .5 and quant.h's
 //                     round-half-to-even and a round-half-away-from-zero conversion differ on half
 //                     of them (whether the INT8 output conversion, not the epilogue, differs)
+//   int8-ties-rne-int8  the same with two more pointwise adds before the conversion, + 1.5 x 2^23
+//                     then - 1.5 x 2^23: in float32 that rounds to an integer, ties to even, so
+//                     the conversion gets no tie (whether the graph can carry quant.h's rounding
+//                     itself where cuDNN's conversion rounds otherwise)
 //   fp8-fused-fp8     E4M3 x and w, float sum, the same epilogue, E4M3 output (sm_89+)
 // and reports, for each, how far cuDNN gets (validate, operation graph, heuristics, support, plan
 // build) with its message where it stops, how many engine configurations build, the fastest one's
@@ -75,17 +79,19 @@ enum class Variant {
   kInt8FusedFloat,
   kInt8ResidualFloat,
   kInt8TiesInt8,
+  kInt8TiesRneInt8,
   kFp8FusedFp8
 };
-constexpr Variant kVariants[] = {Variant::kInt8ConvInt32,  Variant::kInt8FusedInt8,
-                                 Variant::kInt8FusedFloat, Variant::kInt8ResidualFloat,
-                                 Variant::kInt8TiesInt8,   Variant::kFp8FusedFp8};
+constexpr Variant kVariants[] = {
+    Variant::kInt8ConvInt32, Variant::kInt8FusedInt8,   Variant::kInt8FusedFloat, Variant::kInt8ResidualFloat,
+    Variant::kInt8TiesInt8,  Variant::kInt8TiesRneInt8, Variant::kFp8FusedFp8};
 
 const char* variant_name(Variant v) {
   switch (v) {
     case Variant::kInt8ConvInt32: return "int8-conv-int32";
     case Variant::kInt8FusedInt8: return "int8-fused-int8";
     case Variant::kInt8TiesInt8: return "int8-ties-int8";
+    case Variant::kInt8TiesRneInt8: return "int8-ties-rne-int8";
     case Variant::kInt8FusedFloat: return "int8-fused-float";
     case Variant::kInt8ResidualFloat: return "int8-residual-float";
     case Variant::kFp8FusedFp8: return "fp8-fused-fp8";
@@ -98,8 +104,11 @@ bool is_fp8(Variant v) {
 bool is_fused(Variant v) {
   return v != Variant::kInt8ConvInt32;
 }
+bool is_ties(Variant v) {
+  return v == Variant::kInt8TiesInt8 || v == Variant::kInt8TiesRneInt8;
+}
 bool is_int8_out(Variant v) {
-  return v == Variant::kInt8FusedInt8 || v == Variant::kInt8TiesInt8;
+  return v == Variant::kInt8FusedInt8 || is_ties(v);
 }
 bool is_float_out(Variant v) {
   return v == Variant::kInt8FusedFloat || v == Variant::kInt8ResidualFloat;
@@ -108,7 +117,19 @@ size_t out_bytes(Variant v) {
   return v == Variant::kInt8ConvInt32 || is_float_out(v) ? 4 : 1;
 }
 
-enum Uid : int64_t { kX = 1, kW, kMultiplier, kBias, kInvScale, kY, kResidual, kResidualScale };
+enum Uid : int64_t {
+  kX = 1,
+  kW,
+  kMultiplier,
+  kBias,
+  kInvScale,
+  kY,
+  kResidual,
+  kResidualScale,
+  kMagic,
+  kMinusMagic
+};
+constexpr float kRneMagic = 12582912.0f;  // 1.5 x 2^23 (core/quant.h's round_half_even_small)
 
 // The layer's data on the host: codes, per-channel multipliers and biases, the output's 1/scale.
 struct Layer {
@@ -136,7 +157,7 @@ Layer make_layer(const Shape& s, int64_t n, Variant v) {
   l.residual.resize(static_cast<size_t>(n * s.out_h() * s.out_w() * s.k));
   for (uint8_t& b : l.residual) b = static_cast<uint8_t>(code(rng));
   l.residual_scale = 0.043f;
-  if (v == Variant::kInt8TiesInt8) {  // every odd sum a tie: acc x 0.5 x 1
+  if (is_ties(v)) {  // every odd sum a tie: acc x 0.5 x 1
     std::uniform_int_distribution<int> small(-2, 2);
     for (auto* codes : {&l.x, &l.w})
       for (uint8_t& b : *codes) b = static_cast<uint8_t>(small(rng));
@@ -305,6 +326,18 @@ std::shared_ptr<fe::graph::Graph> make_graph(const Shape& s, int64_t n, Variant 
                                .set_dim({1, 1, 1, 1})
                                .set_stride({1, 1, 1, 1}));
       y = g->pointwise(y, inv, op(fe::PointwiseMode_t::MUL));
+      if (v == Variant::kInt8TiesRneInt8) {
+        const auto scalar = [&g](const char* name, int64_t uid) {
+          return g->tensor(fe::graph::Tensor_attributes()
+                               .set_name(name)
+                               .set_uid(uid)
+                               .set_data_type(fe::DataType_t::FLOAT)
+                               .set_dim({1, 1, 1, 1})
+                               .set_stride({1, 1, 1, 1}));
+        };
+        y = g->pointwise(y, scalar("magic", kMagic), op(fe::PointwiseMode_t::ADD));
+        y = g->pointwise(y, scalar("minus_magic", kMinusMagic), op(fe::PointwiseMode_t::ADD));
+      }
     }
   }
   const auto out_type = v == Variant::kInt8ConvInt32 ? fe::DataType_t::INT32
@@ -331,7 +364,7 @@ struct DeviceBuffer {
 
 // The buffers of one layer at batch n, filled from `l`.
 struct Bound {
-  DeviceBuffer x, w, multiplier, bias, inv, residual, residual_scale, y;
+  DeviceBuffer x, w, multiplier, bias, inv, residual, residual_scale, magic, minus_magic, y;
   std::unordered_map<int64_t, void*> pack;
   Bound(const Layer& l, size_t y_bytes)
       : x(l.x.size()),
@@ -341,6 +374,8 @@ struct Bound {
         inv(4),
         residual(l.residual.size()),
         residual_scale(4),
+        magic(4),
+        minus_magic(4),
         y(y_bytes) {
     PROBE_CUDA(cudaMemcpy(x.p, l.x.data(), l.x.size(), cudaMemcpyHostToDevice));
     PROBE_CUDA(cudaMemcpy(w.p, l.w.data(), l.w.size(), cudaMemcpyHostToDevice));
@@ -350,14 +385,26 @@ struct Bound {
     PROBE_CUDA(cudaMemcpy(inv.p, &l.inv_y_scale, 4, cudaMemcpyHostToDevice));
     PROBE_CUDA(cudaMemcpy(residual.p, l.residual.data(), l.residual.size(), cudaMemcpyHostToDevice));
     PROBE_CUDA(cudaMemcpy(residual_scale.p, &l.residual_scale, 4, cudaMemcpyHostToDevice));
-    pack = {{kX, x.p},          {kW, w.p}, {kMultiplier, multiplier.p}, {kBias, bias.p},
-            {kInvScale, inv.p}, {kY, y.p}, {kResidual, residual.p},     {kResidualScale, residual_scale.p}};
+    const float m[2] = {kRneMagic, -kRneMagic};
+    PROBE_CUDA(cudaMemcpy(magic.p, &m[0], 4, cudaMemcpyHostToDevice));
+    PROBE_CUDA(cudaMemcpy(minus_magic.p, &m[1], 4, cudaMemcpyHostToDevice));
+    pack = {{kX, x.p},
+            {kW, w.p},
+            {kMultiplier, multiplier.p},
+            {kBias, bias.p},
+            {kInvScale, inv.p},
+            {kY, y.p},
+            {kResidual, residual.p},
+            {kResidualScale, residual_scale.p},
+            {kMagic, magic.p},
+            {kMinusMagic, minus_magic.p}};
   }
   // Only the tensors variant v's graph has.
   void keep_only(Variant v) {
     if (!is_fused(v)) pack.erase(kMultiplier), pack.erase(kBias);
     if (!is_fused(v) || is_float_out(v)) pack.erase(kInvScale);
     if (v != Variant::kInt8ResidualFloat) pack.erase(kResidual), pack.erase(kResidualScale);
+    if (v != Variant::kInt8TiesRneInt8) pack.erase(kMagic), pack.erase(kMinusMagic);
   }
 };
 
@@ -525,7 +572,7 @@ nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t ba
   PROBE_CUDA(cudaMemcpy(got.data(), cb.y.p, got.size(), cudaMemcpyDeviceToHost));
   report["agreement"] = compare(v, want, got);
   if (is_float_out(v)) report["rounding"] = rounding(handle, s, v, check, *small, small_built, cb);
-  if (v == Variant::kInt8TiesInt8) {
+  if (is_ties(v)) {
     // The same outputs against a conversion that rounds ties away from zero (after ReLU, up).
     std::vector<int32_t> sums;
     (void)reference(s, kCheckBatch, v, check, &sums);
