@@ -759,6 +759,10 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
   const int64_t count = std::min((*conv)->candidate_count(), kMaxQ8CudnnCandidates);
   for (int64_t i = 0; i < count; ++i) {
     const std::string tactic = (*conv)->tactic(i);
+    if (tactic.ends_with('?')) {  // cuDNN could not name it, so no plan could rebuild it
+      log_debug("tactics: {}: cudnn-q8 candidate {} has no engine configuration to name", step.name, i);
+      continue;
+    }
     if (tactic_in_list(skip, tactic)) {
       log_debug("tactics: {}: {} skipped (GPULAB_SKIP_Q8_TACTICS)", step.name, tactic);
       continue;
