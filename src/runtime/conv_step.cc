@@ -33,7 +33,34 @@ std::string chunked_tactic(int64_t chunk, std::string_view inner) {
   return fmt::format("{}{}:{}", kChunkTacticPrefix, chunk, inner);
 }
 
-ConvKernel conv_kernel_of_tactic(std::string_view tactic) {
+Q8BatchTactics split_q8_tactic(std::string_view tactic) {
+  const size_t mark = tactic.find(kQ8SmallBatchMark);
+  if (mark == std::string_view::npos) return {tactic, 0, {}};
+  Q8BatchTactics out{tactic.substr(0, mark), -1, {}};
+  const std::string_view rest = tactic.substr(mark + kQ8SmallBatchMark.size());
+  const size_t colon = rest.find(':');
+  int64_t limit = 0;
+  if (colon == std::string_view::npos) return out;
+  const auto [end, error] = std::from_chars(rest.data(), rest.data() + colon, limit);
+  if (error != std::errc() || end != rest.data() + colon || limit < 1) return out;
+  out.small_limit = limit;
+  out.small = rest.substr(colon + 1);
+  return out;
+}
+
+std::string q8_tactic_with_small_batch(std::string_view main, int64_t small_limit, std::string_view small) {
+  return fmt::format("{}{}{}:{}", main, kQ8SmallBatchMark, small_limit, small);
+}
+
+std::string_view q8_tactic_for_batch(std::string_view tactic, int64_t batch) {
+  const Q8BatchTactics t = split_q8_tactic(tactic);
+  return t.small_limit > 0 && batch <= t.small_limit ? t.small : t.main;
+}
+
+ConvKernel conv_kernel_of_tactic(std::string_view full) {
+  // An 8-bit tactic with a small-batch tactic is of its main tactic's kind.
+  const std::string_view tactic =
+      full.find(kQ8SmallBatchMark) != std::string_view::npos ? split_q8_tactic(full).main : full;
   if (tactic == kDirectTactic) return ConvKernel::kDirect;
   if (tactic == kDepthwiseTactic) return ConvKernel::kDepthwise;
   if (tactic == kQ8DirectTactic) return ConvKernel::kQ8Direct;
@@ -49,6 +76,17 @@ Status check_conv_tactic(std::string_view tactic) {
     return std::find(names.begin(), names.end(), tactic) != names.end();
   };
   const ConvKernel kernel = conv_kernel_of_tactic(tactic);
+  const Q8BatchTactics q8 = split_q8_tactic(tactic);
+  if (q8.small_limit != 0) {
+    const bool small_known = q8.small == kQ8DirectTactic ||
+                             std::find(kernels::q8_mma_tactics().begin(), kernels::q8_mma_tactics().end(),
+                                       q8.small) != kernels::q8_mma_tactics().end();
+    if (q8.small_limit < 0 || !small_known || !is_q8_single_tactic(q8.main))
+      return Status::unsupported(fmt::format(
+          "conv: tactic \"{}\" is not \"<8-bit tactic>{}<images>:<tile or {}>\" with a tile this gpulab has.",
+          tactic, kQ8SmallBatchMark, kQ8DirectTactic));
+    return check_conv_tactic(q8.main);
+  }
   if ((kernel == ConvKernel::kCutlass && !known(cuda::cutlass_conv_tactics())) ||
       (kernel == ConvKernel::kWgmma3x3 && !known(cuda::wgmma_conv_tactics())) ||
       (kernel == ConvKernel::kQ8Mma && !known(kernels::q8_mma_tactics())))

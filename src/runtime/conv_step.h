@@ -58,8 +58,31 @@ inline constexpr std::string_view kQ8CudnnTactic = "cudnn-q8";
 inline bool is_q8_cudnn_tactic(std::string_view tactic) {
   return tactic.starts_with(kQ8CudnnTactic) && tactic.substr(kQ8CudnnTactic.size()).starts_with(':');
 }
-inline bool is_q8_tactic(std::string_view tactic) {
+// An 8-bit layer's tactic may carry a second tactic for small batches: "<tactic>|upto<n>:<small>"
+// runs <small> (a tile of q8_mma_tactics(), or direct-q8) at batches up to n and <tactic> above.
+// Tactic timing adds one where, timed at kQ8SmallBatch images, another tactic beats the one chosen
+// at the timing batch by 10% or more: a tile chosen for 256 images can be several times slower at
+// 32 than a smaller one (MobileNetV2's expanded_conv_13/project on wgmma-q8:128x256, 3.5x FP16's
+// time at batch 32; bench/results/2026-12-07-b555e06). INT8 tactics compute the same bytes, so the
+// switch changes no output; FP8 ones stay within one E4M3 step of the interpreter either way.
+inline constexpr std::string_view kQ8SmallBatchMark = "|upto";
+inline constexpr int64_t kQ8SmallBatch = 32;
+struct Q8BatchTactics {
+  std::string_view main;    // the whole tactic when there is no mark
+  int64_t small_limit = 0;  // 0: no small-batch tactic; -1: a mark that does not parse
+  std::string_view small;
+};
+Q8BatchTactics split_q8_tactic(std::string_view tactic);
+std::string q8_tactic_with_small_batch(std::string_view main, int64_t small_limit, std::string_view small);
+// The tactic that runs `batch` images.
+std::string_view q8_tactic_for_batch(std::string_view tactic, int64_t batch);
+inline bool is_q8_single_tactic(std::string_view tactic) {
   return tactic == kQ8DirectTactic || is_q8_mma_tactic(tactic) || is_q8_cudnn_tactic(tactic);
+}
+inline bool is_q8_tactic(std::string_view tactic) {
+  const Q8BatchTactics t = split_q8_tactic(tactic);
+  return t.small_limit >= 0 && is_q8_single_tactic(t.main) &&
+         (t.small_limit == 0 || t.small == kQ8DirectTactic || is_q8_mma_tactic(t.small));
 }
 // The non-empty items of a comma-separated list (GPULAB_SKIP_Q8_TACTICS).
 inline std::vector<std::string_view> list_items(std::string_view list) {

@@ -75,13 +75,14 @@ Status enqueue_q8_layer(const StepLaunch& l, const cuda::CudnnQ8Conv* cudnn_q8, 
   const void* residual = d.has_residual ? l.value(step.inputs[1]) : nullptr;
   const auto* w_scale = static_cast<const float*>(l.weight(step.weight_scale));
   const auto* bias = static_cast<const float*>(l.weight(step.bias));
-  if (cudnn_q8 && is_q8_cudnn_tactic(step.tactic))
+  const std::string_view tactic = q8_tactic_for_batch(step.tactic, l.batch);
+  if (cudnn_q8 && is_q8_cudnn_tactic(tactic))
     return cudnn_q8->launch(
         cudnn, {l.value(step.inputs[0]), l.weight(step.weight), bias, residual, l.value(step.output)},
         l.workspace);
-  if (is_q8_mma_tactic(step.tactic))
-    return kernels::launch_q8_mma_conv(step.tactic, d, l.value(step.inputs[0]), l.weight(step.weight),
-                                       w_scale, bias, residual, l.value(step.output), l.stream, l.workspace,
+  if (is_q8_mma_tactic(tactic))
+    return kernels::launch_q8_mma_conv(tactic, d, l.value(step.inputs[0]), l.weight(step.weight), w_scale,
+                                       bias, residual, l.value(step.output), l.stream, l.workspace,
                                        l.workspace_bytes);
   return kernels::launch_q8_conv(d, l.value(step.inputs[0]), l.weight(step.weight), w_scale, bias, residual,
                                  l.value(step.output), l.stream);

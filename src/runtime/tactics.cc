@@ -53,6 +53,12 @@ constexpr int64_t kMaxTimedPerSearch = 12;
 // (bench/kernels/cudnn_q8_probe, bench/results/2026-12-07-b555e06) saw 9 candidates for the fused INT8
 // graph of each ResNet-18 layer it tried on an H100, 8 of which built; the fastest was the third.
 constexpr int64_t kMaxQ8CudnnCandidates = 8;
+// An 8-bit layer gets a small-batch tactic (conv_step.h) only where it takes at most this share of
+// the chosen tactic's time at kQ8SmallBatch images: a smaller gain is within timing noise.
+constexpr double kQ8SmallBatchGain = 0.9;
+// The workspace small-batch timing gives split-K: a context's is at least kGemmWorkspaceBytes (32 MiB,
+// engine_internal.h).
+constexpr int64_t kQ8SplitKWorkspaceBytes = int64_t{32} << 20;
 
 struct Scratch {
   cuda::DeviceBuffer buffer;
@@ -957,6 +963,38 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   step.tactic = search.chosen;
   ++on_mma;
   cudnn.layers_taken += is_q8_cudnn_tactic(step.tactic);
+  if (!c.options.time_tactics || c.batch <= kQ8SmallBatch || is_q8_cudnn_tactic(search.chosen))
+    return Status::ok();
+  // A second tactic for small batches (conv_step.h, "|upto"): the agreeing tiles and the direct
+  // kernel timed at kQ8SmallBatch images, with the workspace a context gives split-K.
+  const kernels::Q8ConvDesc small = q8_layer_desc(plan, step, kQ8SmallBatch);
+  GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(kQ8SplitKWorkspaceBytes), "tactic timing workspace"));
+  const auto run_small = [&](std::string_view tactic) {
+    if (tactic == kQ8DirectTactic) return run(small, {}, rig.y.buffer.get());
+    return kernels::launch_q8_mma_conv(tactic, small, rig.x.buffer.get(), rig.w.buffer.get(), w_scale, bias,
+                                       residual, rig.y2.buffer.get(), rig.stream, rig.ws.buffer.get(),
+                                       kQ8SplitKWorkspaceBytes);
+  };
+  std::vector<std::string_view> candidates = agreeing;
+  candidates.push_back(kQ8DirectTactic);
+  std::optional<double> chosen_ms, best_ms;
+  std::string_view best;
+  std::string timings;
+  for (const std::string_view tactic : candidates) {
+    GPULAB_ASSIGN_OR_RETURN(const auto ms,
+                            rig.time([&] { return run_small(tactic); },
+                                     tactic_timing::give_up_ms(best_ms.value_or(tactic_timing::kNoLimit)),
+                                     tactic == kQ8DirectTactic,
+                                     fmt::format("{} {} at batch {}", step.name, tactic, kQ8SmallBatch)));
+    timings += fmt::format("; {} {}", tactic, ms ? fmt::format("{:.4f} ms", *ms) : std::string("failed"));
+    if (tactic == search.chosen) chosen_ms = ms;
+    if (ms && (!best_ms || *ms < *best_ms)) best_ms = ms, best = tactic;
+  }
+  if (chosen_ms && best_ms && best != search.chosen && *best_ms < kQ8SmallBatchGain * *chosen_ms) {
+    step.tactic = q8_tactic_with_small_batch(search.chosen, kQ8SmallBatch, best);
+    log_info("tactics: {}: {} at batches up to {} ({:.4f} ms at {}{})", step.name, best, kQ8SmallBatch,
+             *best_ms, kQ8SmallBatch, timings);
+  }
   return Status::ok();
 }
 

@@ -97,6 +97,38 @@ TEST(QuantTactics, CudnnTacticsAreEightBitTacticsOfTheirOwnKind) {
   EXPECT_FALSE(tactic_in_list("cudnn-q8:4;", "cudnn-q8:71;;eng71"));
 }
 
+TEST(QuantTactics, SmallBatchTacticsSplitAndRunBelowTheirLimit) {
+  const std::string t = q8_tactic_with_small_batch("wgmma-q8:128x256", 32, "mma-q8");
+  EXPECT_EQ(t, "wgmma-q8:128x256|upto32:mma-q8");
+  const Q8BatchTactics split = split_q8_tactic(t);
+  EXPECT_EQ(split.main, "wgmma-q8:128x256");
+  EXPECT_EQ(split.small_limit, 32);
+  EXPECT_EQ(split.small, "mma-q8");
+  EXPECT_EQ(q8_tactic_for_batch(t, 1), "mma-q8");
+  EXPECT_EQ(q8_tactic_for_batch(t, 32), "mma-q8");
+  EXPECT_EQ(q8_tactic_for_batch(t, 33), "wgmma-q8:128x256");
+  EXPECT_EQ(q8_tactic_for_batch("mma-q8:256x64", 1), "mma-q8:256x64");  // no small-batch tactic
+  // Of the main tactic's kind, and an 8-bit tactic a plan may carry.
+  EXPECT_TRUE(is_q8_tactic(t));
+  EXPECT_EQ(conv_kernel_of_tactic(t), ConvKernel::kQ8Mma);
+  EXPECT_TRUE(check_conv_tactic(t).is_ok()) << check_conv_tactic(t).to_string();
+  const std::string to_direct = q8_tactic_with_small_batch("cutlass-q8:64x256", 32, "direct-q8");
+  EXPECT_TRUE(is_q8_tactic(to_direct));
+  EXPECT_TRUE(check_conv_tactic(to_direct).is_ok());
+  EXPECT_EQ(conv_kernel_of_tactic("cudnn-q8:7;12=26;eng7_k24=26|upto32:mma-q8"), ConvKernel::kQ8Cudnn);
+  // What a plan must not carry: a count that is not a positive integer, a small tactic that is not
+  // a tile or direct-q8 (cuDNN's need a plan per batch size), a main tactic that is not 8-bit.
+  for (const std::string_view bad :
+       {"mma-q8|upto:mma-q8", "mma-q8|upto0:mma-q8", "mma-q8|uptox:mma-q8", "mma-q8|upto32",
+        "mma-q8|upto32:tile", "mma-q8|upto32:cudnn-q8:7;;eng7", "cudnn:4;;e|upto32:mma-q8"}) {
+    EXPECT_FALSE(is_q8_tactic(bad)) << bad;
+    EXPECT_EQ(check_conv_tactic(bad).code(), StatusCode::kUnsupported) << bad;
+  }
+  // A tile name of the right family that this gpulab does not have (a plan from another version).
+  EXPECT_EQ(check_conv_tactic("mma-q8|upto32:mma-q8:1x1").code(), StatusCode::kUnsupported);
+  EXPECT_EQ(check_conv_tactic("mma-q8:1x1|upto32:mma-q8").code(), StatusCode::kUnsupported);
+}
+
 TEST(QuantTactics, CudnnEngineConfigurationsRoundTrip) {
   using cuda::CudnnEngineConfig;
   const auto parsed = cuda::parse_cudnn_engine_config("4;24=4,3=0;eng4_k24=4", "t");
