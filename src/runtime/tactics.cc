@@ -703,11 +703,16 @@ bool is_q8_layer(const PlanStep& step) {
   return (step.kind == StepKind::kGemm || step.kind == StepKind::kConv) && is_quantized(step.precision);
 }
 
-// The names GPULAB_SKIP_Q8_TACTICS may start with: the tiles, and cudnn-q8 (every cuDNN
-// configuration, or one: "cudnn-q8:4;").
+// GPULAB_SKIP_Q8_TACTICS's item that leaves out small-batch tactics (conv_step.h, "|upto"), to
+// compare plans with and without them.
+constexpr std::string_view kQ8SmallBatchItem = "small-batch";
+
+// The names GPULAB_SKIP_Q8_TACTICS may start with: the tiles, cudnn-q8 (every cuDNN configuration,
+// or one: "cudnn-q8:4;"), and small-batch.
 std::vector<std::string_view> q8_tactic_names() {
   std::vector<std::string_view> names(kernels::q8_mma_tactics().begin(), kernels::q8_mma_tactics().end());
   names.push_back(kQ8CudnnTactic);
+  names.push_back(kQ8SmallBatchItem);
   return names;
 }
 
@@ -963,7 +968,8 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   step.tactic = search.chosen;
   ++on_mma;
   cudnn.layers_taken += is_q8_cudnn_tactic(step.tactic);
-  if (!c.options.time_tactics || c.batch <= kQ8SmallBatch || is_q8_cudnn_tactic(search.chosen))
+  if (!c.options.time_tactics || c.batch <= kQ8SmallBatch || is_q8_cudnn_tactic(search.chosen) ||
+      tactic_in_list(skip, kQ8SmallBatchItem))
     return Status::ok();
   // A second tactic for small batches (conv_step.h, "|upto"): the agreeing tiles and the direct
   // kernel timed at kQ8SmallBatch images, with the workspace a context gives split-K.
