@@ -289,14 +289,17 @@ std::shared_ptr<fe::graph::Graph> make_graph(const Shape& s, int64_t n, Variant 
                         .set_dilation({1, 1})
                         .set_compute_data_type(is_fp8(v) ? fe::DataType_t::FLOAT : fe::DataType_t::INT32));
   if (is_fused(v)) {
-    const auto per_channel = [&](const char* name, int64_t uid) {
+    // Float32 operands of the epilogue: one per output channel, or one for the whole tensor.
+    const auto float_tensor = [&g](const char* name, int64_t uid, int64_t k) {
       return g->tensor(fe::graph::Tensor_attributes()
                            .set_name(name)
                            .set_uid(uid)
                            .set_data_type(fe::DataType_t::FLOAT)
-                           .set_dim({1, s.k, 1, 1})
-                           .set_stride({s.k, 1, s.k, s.k}));
+                           .set_dim({1, k, 1, 1})
+                           .set_stride({k, 1, k, k}));
     };
+    const auto per_channel = [&](const char* name, int64_t uid) { return float_tensor(name, uid, s.k); };
+    const auto scalar = [&](const char* name, int64_t uid) { return float_tensor(name, uid, 1); };
     const auto op = [](fe::PointwiseMode_t mode) {
       return fe::graph::Pointwise_attributes().set_mode(mode).set_compute_data_type(fe::DataType_t::FLOAT);
     };
@@ -309,32 +312,13 @@ std::shared_ptr<fe::graph::Graph> make_graph(const Shape& s, int64_t n, Variant 
                              .set_data_type(io)
                              .set_dim({n, s.k, s.out_h(), s.out_w()})
                              .set_stride(nhwc(s.k, s.out_h(), s.out_w())));
-      auto rs = g->tensor(fe::graph::Tensor_attributes()
-                              .set_name("residual_scale")
-                              .set_uid(kResidualScale)
-                              .set_data_type(fe::DataType_t::FLOAT)
-                              .set_dim({1, 1, 1, 1})
-                              .set_stride({1, 1, 1, 1}));
+      auto rs = scalar("residual_scale", kResidualScale);
       y = g->pointwise(y, g->pointwise(R, rs, op(fe::PointwiseMode_t::MUL)), op(fe::PointwiseMode_t::ADD));
     }
     y = g->pointwise(y, op(fe::PointwiseMode_t::RELU_FWD));
     if (!is_float_out(v)) {
-      auto inv = g->tensor(fe::graph::Tensor_attributes()
-                               .set_name("inv_y_scale")
-                               .set_uid(kInvScale)
-                               .set_data_type(fe::DataType_t::FLOAT)
-                               .set_dim({1, 1, 1, 1})
-                               .set_stride({1, 1, 1, 1}));
-      y = g->pointwise(y, inv, op(fe::PointwiseMode_t::MUL));
+      y = g->pointwise(y, scalar("inv_y_scale", kInvScale), op(fe::PointwiseMode_t::MUL));
       if (v == Variant::kInt8TiesRneInt8) {
-        const auto scalar = [&g](const char* name, int64_t uid) {
-          return g->tensor(fe::graph::Tensor_attributes()
-                               .set_name(name)
-                               .set_uid(uid)
-                               .set_data_type(fe::DataType_t::FLOAT)
-                               .set_dim({1, 1, 1, 1})
-                               .set_stride({1, 1, 1, 1}));
-        };
         y = g->pointwise(y, scalar("magic", kMagic), op(fe::PointwiseMode_t::ADD));
         y = g->pointwise(y, scalar("minus_magic", kMinusMagic), op(fe::PointwiseMode_t::ADD));
       }
