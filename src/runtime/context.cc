@@ -87,13 +87,10 @@ void ContextImpl::prepare_conv(size_t i, int64_t batch, BatchState& state, int64
 void ContextImpl::prepare_q8_conv(size_t i, int64_t batch, BatchState& state, int64_t& need_ws) {
   const Plan& plan = engine_->plan();
   const PlanStep& step = plan.steps[i];
-  const auto& scales = plan.weights[static_cast<size_t>(step.weight_scale)].bytes;
-  const std::span<const float> w_scale(reinterpret_cast<const float*>(scales.data()),
-                                       scales.size() / sizeof(float));
   const std::string_view tactic = q8_tactic_for_batch(step.tactic, batch);
   if (!is_q8_cudnn_tactic(tactic)) return;  // a small batch that runs the step's small-batch tile
   auto conv = cuda::CudnnQ8Conv::with_tactic(libs_.cudnn(), q8_layer_desc(plan, step, batch), step.bias >= 0,
-                                             w_scale, tactic);
+                                             plan_floats(plan, step.weight_scale), tactic);
   if (!conv.is_ok()) {
     log_info("context: {} at batch {}: {}; using {}", step.name, batch, conv.status().message(),
              kQ8DirectTactic);

@@ -77,6 +77,8 @@ Status enqueue_quantized_cast(const StepLaunch& l);
 // The kernel descriptor of an INT8/FP8 kConv or kGemm at `batch` (a Gemm as a 1x1 convolution over
 // the flattened NHWC features).
 kernels::Q8ConvDesc q8_layer_desc(const Plan& plan, const PlanStep& step, int64_t batch);
+// The float32 values of plan weight `w` in host memory (a step's weight scales); empty for -1.
+std::span<const float> plan_floats(const Plan& plan, int w);
 // `cudnn_q8` (with `cudnn`, bound to l.stream): the step's cudnn-q8 plan at l.batch; a cudnn-q8 step
 // without one runs the direct kernel.
 Status enqueue_q8_layer(const StepLaunch& l, const cuda::CudnnQ8Conv* cudnn_q8 = nullptr,

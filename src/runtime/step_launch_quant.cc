@@ -69,6 +69,12 @@ kernels::Q8ConvDesc q8_layer_desc(const Plan& plan, const PlanStep& step, int64_
   return d;
 }
 
+std::span<const float> plan_floats(const Plan& plan, int w) {
+  if (w < 0) return {};
+  const auto& bytes = plan.weights[static_cast<size_t>(w)].bytes;
+  return {reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float)};
+}
+
 Status enqueue_q8_layer(const StepLaunch& l, const cuda::CudnnQ8Conv* cudnn_q8, cudnnHandle_t cudnn) {
   const PlanStep& step = l.step;
   const kernels::Q8ConvDesc d = q8_layer_desc(l.plan, step, l.batch);

@@ -716,11 +716,11 @@ std::vector<std::string_view> q8_tactic_names() {
   return names;
 }
 
-// The float32 values of a plan weight (its host bytes).
-std::span<const float> host_floats(const Plan& plan, int w) {
-  if (w < 0) return {};
-  const auto& bytes = plan.weights[static_cast<size_t>(w)].bytes;
-  return {reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float)};
+// `rig`'s stream finished, then `to.size()` bytes of device memory at `from` into `to`.
+Status fetch_output(TimingRig& rig, const void* from, std::vector<std::byte>& to) {
+  GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
+  GPULAB_CUDA_TRY(cudaMemcpy(to.data(), from, to.size(), cudaMemcpyDeviceToHost));
+  return Status::ok();
 }
 
 // What cudnn-q8 did in one build, for its summary line.
@@ -734,6 +734,14 @@ struct Q8Search {
   std::optional<double> best;  // ms of `chosen`
   std::string chosen;
   std::string timings;  // "; <tactic> <ms>" for the log
+  // One timed tactic (nullopt: it failed to run): logged, and chosen when it is the fastest so far.
+  void add(std::string_view tactic, std::optional<double> ms) {
+    timings += fmt::format("; {} {}", tactic, ms ? fmt::format("{:.4f} ms", *ms) : std::string("failed"));
+    if (ms && (!best || *ms < *best)) {
+      best = ms;
+      chosen = std::string(tactic);
+    }
+  }
 };
 
 // The cudnn-q8 configurations of an 8-bit conv step at the timing batch (`timed`; the rig holds its
@@ -752,7 +760,7 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
   const bool fp8 = timed.x_dtype == DataType::kFp8E4M3;
   const auto started = std::chrono::steady_clock::now();
   auto conv = cuda::CudnnQ8Conv::with_candidates(rig.libs.cudnn(), timed, step.bias >= 0,
-                                                 host_floats(c.plan, step.weight_scale));
+                                                 plan_floats(c.plan, step.weight_scale));
   rig.candidate_build_s += seconds_since(started);
   if (!conv.is_ok()) {
     log_debug("tactics: {}: {}: {}", step.name, kQ8CudnnTactic, conv.status().message());
@@ -798,12 +806,8 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
     }
     GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
     const auto run = [&] { return (*conv)->launch(rig.libs.cudnn(), ptrs, rig.ws.buffer.get()); };
-    const auto checked = [](cudaError_t e) {
-      return e == cudaSuccess ? Status::ok() : Status::device_error(cudaGetErrorString(e));
-    };
     Status ran = run();
-    if (ran.is_ok()) ran = checked(cudaStreamSynchronize(rig.stream));
-    if (ran.is_ok()) ran = checked(cudaMemcpy(got.data(), ptrs.y, got.size(), cudaMemcpyDeviceToHost));
+    if (ran.is_ok()) ran = fetch_output(rig, ptrs.y, got);
     const std::string differs = ran.is_ok() ? q8_difference(direct, got, fp8, timed.y_dtype) : ran.message();
     if (!differs.empty()) {
       (void)cudaGetLastError();
@@ -816,12 +820,7 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
     GPULAB_ASSIGN_OR_RETURN(
         const auto ms, rig.time(run, tactic_timing::give_up_ms(search.best.value_or(tactic_timing::kNoLimit)),
                                 false, fmt::format("{} {}", step.name, tactic)));
-    search.timings +=
-        fmt::format("; {} {}", tactic, ms ? fmt::format("{:.4f} ms", *ms) : std::string("failed"));
-    if (ms && (!search.best || *ms < *search.best)) {
-      search.best = ms;
-      search.chosen = tactic;
-    }
+    search.add(tactic, ms);
   }
   return Status::ok();
 }
@@ -880,11 +879,6 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
                           : kernels::launch_q8_mma_conv(tactic, d, rig.x.buffer.get(), rig.w.buffer.get(),
                                                         w_scale, bias, residual, y, rig.stream);
   };
-  const auto fetch = [&rig](void* from, std::vector<std::byte>& to) -> Status {
-    GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
-    GPULAB_CUDA_TRY(cudaMemcpy(to.data(), from, to.size(), cudaMemcpyDeviceToHost));
-    return Status::ok();
-  };
 
   // Agreement on the first images of the same input, tile by tile.
   const kernels::Q8ConvDesc check = q8_layer_desc(plan, step, std::min<int64_t>(c.batch, 4));
@@ -898,7 +892,7 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
         step.name, ran.message());
     return Status::ok();
   }
-  GPULAB_TRY(fetch(rig.y.buffer.get(), direct));
+  GPULAB_TRY(fetch_output(rig, rig.y.buffer.get(), direct));
   std::vector<std::string_view> agreeing;
   for (const std::string_view tactic : kernels::q8_mma_tactics()) {
     if (tactic_in_list(skip, tactic)) {
@@ -906,7 +900,7 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
       continue;
     }
     Status ran = run(check, tactic, rig.y2.buffer.get());
-    if (ran.is_ok()) ran = fetch(rig.y2.buffer.get(), mma);
+    if (ran.is_ok()) ran = fetch_output(rig, rig.y2.buffer.get(), mma);
     // Unsupported: a tactic that does not run this layer (kernels::q8_mma_tactic_supports: the
     // output type, the 3x3c64 kernel's one shape) or not on this GPU (FP8 below sm_89).
     if (ran.code() == StatusCode::kUnsupported) {
@@ -938,18 +932,13 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
                               rig.time([&] { return run(timed, tactic, rig.y2.buffer.get()); },
                                        tactic_timing::give_up_ms(search.best.value_or(kNoLimit)), false,
                                        fmt::format("{} {}", step.name, tactic)));
-      search.timings +=
-          fmt::format("; {} {}", tactic, ms ? fmt::format("{:.4f} ms", *ms) : std::string("failed"));
-      if (ms && (!search.best || *ms < *search.best)) {
-        search.best = ms;
-        search.chosen = tactic;
-      }
+      search.add(tactic, ms);
     }
     if (try_cudnn) {
       // The direct kernel's output for the whole timing batch, which cuDNN's must reproduce.
       std::vector<std::byte> direct_timed(y_bytes);
       GPULAB_TRY(run(timed, {}, rig.y.buffer.get()));
-      GPULAB_TRY(fetch(rig.y.buffer.get(), direct_timed));
+      GPULAB_TRY(fetch_output(rig, rig.y.buffer.get(), direct_timed));
       GPULAB_TRY(search_cudnn_q8(c, step, timed, skip, direct_timed, search, cudnn));
     }
     // The direct kernel is given up on as soon as one launch is slower than the best tile's median.
@@ -983,23 +972,22 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   };
   std::vector<std::string_view> candidates = agreeing;
   candidates.push_back(kQ8DirectTactic);
-  std::optional<double> chosen_ms, best_ms;
-  std::string_view best;
-  std::string timings;
+  Q8Search at_small;
+  std::optional<double> chosen_ms;
   for (const std::string_view tactic : candidates) {
-    GPULAB_ASSIGN_OR_RETURN(const auto ms,
-                            rig.time([&] { return run_small(tactic); },
-                                     tactic_timing::give_up_ms(best_ms.value_or(tactic_timing::kNoLimit)),
-                                     tactic == kQ8DirectTactic,
-                                     fmt::format("{} {} at batch {}", step.name, tactic, kQ8SmallBatch)));
-    timings += fmt::format("; {} {}", tactic, ms ? fmt::format("{:.4f} ms", *ms) : std::string("failed"));
+    GPULAB_ASSIGN_OR_RETURN(
+        const auto ms, rig.time([&] { return run_small(tactic); },
+                                tactic_timing::give_up_ms(at_small.best.value_or(tactic_timing::kNoLimit)),
+                                tactic == kQ8DirectTactic,
+                                fmt::format("{} {} at batch {}", step.name, tactic, kQ8SmallBatch)));
     if (tactic == search.chosen) chosen_ms = ms;
-    if (ms && (!best_ms || *ms < *best_ms)) best_ms = ms, best = tactic;
+    at_small.add(tactic, ms);
   }
-  if (chosen_ms && best_ms && best != search.chosen && *best_ms < kQ8SmallBatchGain * *chosen_ms) {
-    step.tactic = q8_tactic_with_small_batch(search.chosen, kQ8SmallBatch, best);
-    log_info("tactics: {}: {} at batches up to {} ({:.4f} ms at {}{})", step.name, best, kQ8SmallBatch,
-             *best_ms, kQ8SmallBatch, timings);
+  if (chosen_ms && at_small.best && at_small.chosen != search.chosen &&
+      *at_small.best < kQ8SmallBatchGain * *chosen_ms) {
+    step.tactic = q8_tactic_with_small_batch(search.chosen, kQ8SmallBatch, at_small.chosen);
+    log_info("tactics: {}: {} at batches up to {} ({:.4f} ms at {}{})", step.name, at_small.chosen,
+             kQ8SmallBatch, *at_small.best, kQ8SmallBatch, at_small.timings);
   }
   return Status::ok();
 }
