@@ -59,8 +59,7 @@ std::string_view q8_tactic_for_batch(std::string_view tactic, int64_t batch) {
 
 ConvKernel conv_kernel_of_tactic(std::string_view full) {
   // An 8-bit tactic with a small-batch tactic is of its main tactic's kind.
-  const std::string_view tactic =
-      full.find(kQ8SmallBatchMark) != std::string_view::npos ? split_q8_tactic(full).main : full;
+  const std::string_view tactic = split_q8_tactic(full).main;
   if (tactic == kDirectTactic) return ConvKernel::kDirect;
   if (tactic == kDepthwiseTactic) return ConvKernel::kDepthwise;
   if (tactic == kQ8DirectTactic) return ConvKernel::kQ8Direct;
@@ -72,24 +71,22 @@ ConvKernel conv_kernel_of_tactic(std::string_view full) {
 }
 
 Status check_conv_tactic(std::string_view tactic) {
-  const auto known = [tactic](std::span<const std::string_view> names) {
-    return std::find(names.begin(), names.end(), tactic) != names.end();
+  const auto known = [](std::span<const std::string_view> names, std::string_view name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
   };
   const ConvKernel kernel = conv_kernel_of_tactic(tactic);
   const Q8BatchTactics q8 = split_q8_tactic(tactic);
   if (q8.small_limit != 0) {
-    const bool small_known = q8.small == kQ8DirectTactic ||
-                             std::find(kernels::q8_mma_tactics().begin(), kernels::q8_mma_tactics().end(),
-                                       q8.small) != kernels::q8_mma_tactics().end();
+    const bool small_known = q8.small == kQ8DirectTactic || known(kernels::q8_mma_tactics(), q8.small);
     if (q8.small_limit < 0 || !small_known || !is_q8_single_tactic(q8.main))
       return Status::unsupported(fmt::format(
           "conv: tactic \"{}\" is not \"<8-bit tactic>{}<images>:<tile or {}>\" with a tile this gpulab has.",
           tactic, kQ8SmallBatchMark, kQ8DirectTactic));
     return check_conv_tactic(q8.main);
   }
-  if ((kernel == ConvKernel::kCutlass && !known(cuda::cutlass_conv_tactics())) ||
-      (kernel == ConvKernel::kWgmma3x3 && !known(cuda::wgmma_conv_tactics())) ||
-      (kernel == ConvKernel::kQ8Mma && !known(kernels::q8_mma_tactics())))
+  if ((kernel == ConvKernel::kCutlass && !known(cuda::cutlass_conv_tactics(), tactic)) ||
+      (kernel == ConvKernel::kWgmma3x3 && !known(cuda::wgmma_conv_tactics(), tactic)) ||
+      (kernel == ConvKernel::kQ8Mma && !known(kernels::q8_mma_tactics(), tactic)))
     return Status::unsupported(fmt::format(
         "conv: tactic \"{}\" is not a kernel this gpulab has (chosen by another gpulab version).", tactic));
   if (tactic.starts_with(kChunkTacticPrefix) && !parse_chunked_tactic(tactic))
