@@ -453,11 +453,10 @@ std::vector<std::pair<std::string, std::vector<float>>> rounding_rules(const Sha
 }
 
 // Every built configuration of `g` (the graph at the check batch, bound in `cb`) against each rule
-// of rounding_rules: how many float outputs differ from it.
-nlohmann::json rounding(cudnnHandle_t handle, const Shape& s, Variant v, const Layer& l, fe::graph::Graph& g,
+// of rounding_rules, from `sums` (reference's int32 sums of `l`): how many float outputs differ.
+nlohmann::json rounding(cudnnHandle_t handle, const Shape& s, Variant v, const Layer& l,
+                        const std::vector<int32_t>& sums, fe::graph::Graph& g,
                         const std::vector<int64_t>& built, const Bound& cb) {
-  std::vector<int32_t> sums;
-  (void)reference(s, static_cast<int64_t>(l.x.size() / static_cast<size_t>(s.h * s.w * s.c)), v, l, &sums);
   const auto rules = rounding_rules(s, v, l, sums);
   nlohmann::json out = nlohmann::json::array();
   std::vector<float> got(sums.size());
@@ -542,7 +541,8 @@ nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t ba
     return report;
   }
   const Layer check = make_layer(s, kCheckBatch, v);
-  const std::vector<uint8_t> want = reference(s, kCheckBatch, v, check);
+  std::vector<int32_t> sums;  // for the rounding comparisons below
+  const std::vector<uint8_t> want = reference(s, kCheckBatch, v, check, &sums);
   Bound cb(check, want.size());
   cb.keep_only(v);
   int64_t ws_bytes = 0;
@@ -555,11 +555,9 @@ nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t ba
   std::vector<uint8_t> got(want.size());
   PROBE_CUDA(cudaMemcpy(got.data(), cb.y.p, got.size(), cudaMemcpyDeviceToHost));
   report["agreement"] = compare(v, want, got);
-  if (is_float_out(v)) report["rounding"] = rounding(handle, s, v, check, *small, small_built, cb);
+  if (is_float_out(v)) report["rounding"] = rounding(handle, s, v, check, sums, *small, small_built, cb);
   if (is_ties(v)) {
     // The same outputs against a conversion that rounds ties away from zero (after ReLU, up).
-    std::vector<int32_t> sums;
-    (void)reference(s, kCheckBatch, v, check, &sums);
     size_t differ = 0;
     for (size_t at = 0; at < sums.size(); ++at) {
       const size_t k = at % static_cast<size_t>(s.k);
