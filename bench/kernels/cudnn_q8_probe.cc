@@ -28,7 +28,10 @@
 // would do; the rule a configuration matches on every output is the one its INT8 outputs follow. The inputs
 // are seeded random codes; the multipliers and biases are in the range of a calibrated layer's.
 //
-// Usage: cudnn_q8_probe [--batch N] [--json FILE]        (default batch 1024, tactic timing's)
+// Usage: cudnn_q8_probe [--batch N] [--graphs NAME,...] [--json FILE]
+//   --batch   the timed batch (default 1024, tactic timing's)
+//   --graphs  only these graphs (names as above; default all)
+//   --json    the report, rewritten whole after each graph so a run cut short keeps what it measured
 // Exit 0 when it ran (whatever cuDNN supports), 1 when there is no GPU, a CUDA call failed or the
 // JSON file cannot be written, 2 for a bad argument.
 #include <cuda_runtime_api.h>
@@ -42,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -571,9 +575,43 @@ nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t ba
   return report;
 }
 
+// One result's line: how far cuDNN got, its best time, the agreement with quant.h's rule, and for
+// the float graphs the outputs each rounding rule misses (fewest across configurations), for the
+// ties graphs the outputs a round-half-away conversion would have given otherwise.
+std::string summary_line(const Shape& s, Variant v, const nlohmann::json& r) {
+  std::string line = fmt::format("{:<48} {:<17} ", s.name, variant_name(v));
+  if (r.contains("stopped_at"))
+    return line + fmt::format("stops at {}: {}", r["stopped_at"].get<std::string>(),
+                              r.value("message", std::string()).substr(0, 120));
+  if (!r.contains("best"))
+    return line + "built, but no configuration ran: " + r.value("configurations", nlohmann::json()).dump();
+  line += fmt::format("{} of {} configurations build; best {:.4f} ms ({:.0f} TOP/s); agreement: {}",
+                      r.value("built", 0), r.value("candidates", 0), r["best"]["median_ms"].get<double>(),
+                      r["best"]["tops"].get<double>(), r.value("agreement", nlohmann::json()).dump());
+  if (r.contains("rounding")) {
+    std::map<std::string, std::pair<size_t, size_t>> fewest;  // rule -> (fewest differing, configurations)
+    for (const auto& c : r["rounding"]) {
+      if (!c.contains("differing")) continue;
+      for (const auto& [rule, n] : c["differing"].items()) {
+        auto [it, fresh] = fewest.try_emplace(rule, n.get<size_t>(), 0);
+        it->second.first = std::min(it->second.first, n.get<size_t>());
+        ++it->second.second;
+      }
+    }
+    for (const auto& [rule, f] : fewest)
+      line += fmt::format("\n    rule '{}': {} outputs differ (fewest over {} configurations)", rule, f.first,
+                          f.second);
+  }
+  if (r.contains("differing_from_round_half_away"))
+    line += fmt::format("; against round-half-away: {} differ",
+                        r["differing_from_round_half_away"].get<size_t>());
+  return line;
+}
+
 int run(int argc, char** argv) {
   int64_t batch = 1024;
   std::string json_path;
+  std::vector<Variant> variants(std::begin(kVariants), std::end(kVariants));
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--batch" && i + 1 < argc) {
@@ -584,10 +622,25 @@ int run(int argc, char** argv) {
         std::fprintf(stderr, "cudnn_q8_probe: --batch '%s' is not a batch size from 1 to 65536\n", v.c_str());
         return 2;
       }
+    } else if (a == "--graphs" && i + 1 < argc) {
+      variants.clear();
+      std::string list = argv[++i];
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        const std::string name = list.substr(at, comma - at);
+        const auto* v = std::find_if(std::begin(kVariants), std::end(kVariants),
+                                     [&](Variant x) { return name == variant_name(x); });
+        if (v == std::end(kVariants)) {
+          std::fprintf(stderr, "cudnn_q8_probe: --graphs: no graph named '%s'\n", name.c_str());
+          return 2;
+        }
+        variants.push_back(*v);
+        at = comma + 1;
+      }
     } else if (a == "--json" && i + 1 < argc)
       json_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: cudnn_q8_probe [--batch N] [--json FILE]\n");
+      std::fprintf(stderr, "usage: cudnn_q8_probe [--batch N] [--graphs NAME,...] [--json FILE]\n");
       return 2;
     }
   }
@@ -610,31 +663,20 @@ int run(int argc, char** argv) {
                      {"batch", batch},
                      {"results", nlohmann::json::array()}};
   for (const Shape& s : kShapes)
-    for (const Variant v : kVariants) {
+    for (const Variant v : variants) {
       nlohmann::json r = probe(handle, s, v, batch);
-      std::string line = fmt::format("{:<48} {:<17} ", s.name, variant_name(v));
-      if (r.contains("stopped_at"))
-        line += fmt::format("stops at {}: {}", r["stopped_at"].get<std::string>(),
-                            r.value("message", std::string()).substr(0, 120));
-      else if (r.contains("best"))
-        line +=
-            fmt::format("{} of {} configurations build; best {:.4f} ms ({:.0f} TOP/s); agreement: {}",
-                        r.value("built", 0), r.value("candidates", 0), r["best"]["median_ms"].get<double>(),
-                        r["best"]["tops"].get<double>(), r.value("agreement", nlohmann::json()).dump());
-      else
-        line += "built, but no configuration ran: " + r.value("configurations", nlohmann::json()).dump();
-      std::printf("%s\n", line.c_str());
+      std::printf("%s\n", summary_line(s, v, r).c_str());
       std::fflush(stdout);
       out["results"].push_back(std::move(r));
+      // Whole or absent, never half-written; rewritten after each graph.
+      if (json_path.empty()) continue;
+      if (const Status st = write_file_atomic(json_path, out.dump(2) + "\n"); !st.is_ok()) {
+        std::fprintf(stderr, "cudnn_q8_probe: %s\n", st.to_string().c_str());
+        cudnnDestroy(handle);
+        return 1;
+      }
     }
   cudnnDestroy(handle);
-  if (!json_path.empty()) {
-    // Whole or absent, never half-written.
-    if (const Status s = write_file_atomic(json_path, out.dump(2) + "\n"); !s.is_ok()) {
-      std::fprintf(stderr, "cudnn_q8_probe: %s\n", s.to_string().c_str());
-      return 1;
-    }
-  }
   return 0;
 }
 
