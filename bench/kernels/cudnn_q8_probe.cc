@@ -22,10 +22,11 @@
 // how its output compares with gpulab's rule on a batch of 2 (the same graph built for n = 2):
 // INT8/INT32 outputs byte for byte, float outputs by their largest relative difference, E4M3
 // outputs in codes apart. For the float outputs every configuration that builds is also compared,
-// output for output, with candidate rounding rules ("rounding"): quant.h's (each multiply and add
-// rounded on its own) and the same with the multiply and the following add contracted into one
-// fused multiply-add, which is what an epilogue compiled without quant.h's __fmul_rn/__fadd_rn
-// would do; the rule a configuration matches on every output is the one its INT8 outputs follow. The inputs
+// output for output, with candidate rounding rules ("rounding"): each multiply and add rounded on
+// its own, and with a multiply and the following add contracted into one fused multiply-add
+// (quant.h's rule: both pairs contracted); the rule a configuration matches on every output is the
+// one its INT8 outputs follow. On an H100 with cuDNN 9.19 every configuration matched the fused
+// multiply-adds (bench/results/2026-12-07-9df951c), which is why quant.h's rule is that. The inputs
 // are seeded random codes; the multipliers and biases are in the range of a calibrated layer's.
 //
 // Usage: cudnn_q8_probe [--batch N] [--graphs NAME,...] [--json FILE]
@@ -207,10 +208,10 @@ std::vector<uint8_t> reference(const Shape& s, int64_t n, Variant v, const Layer
             std::memcpy(&out[at * 4], &iacc, 4);
             continue;
           }
-          float t = (is_fp8(v) ? facc : static_cast<float>(iacc)) * l.multiplier[static_cast<size_t>(k)];
-          t = t + l.bias[static_cast<size_t>(k)];
+          float t = q8_scale_bias(is_fp8(v) ? facc : static_cast<float>(iacc),
+                                  l.multiplier[static_cast<size_t>(k)], l.bias[static_cast<size_t>(k)]);
           if (v == Variant::kInt8ResidualFloat)
-            t = t + static_cast<float>(static_cast<int8_t>(l.residual[at])) * l.residual_scale;
+            t = q8_add_residual(t, static_cast<float>(static_cast<int8_t>(l.residual[at])), l.residual_scale);
           t = std::max(t, 0.0f);
           if (is_float_out(v))
             std::memcpy(&out[at * 4], &t, 4);
@@ -427,7 +428,8 @@ std::vector<int64_t> prepare(cudnnHandle_t handle, fe::graph::Graph& g, nlohmann
 }
 
 // The float epilogue of a float-output variant under candidate rounding rules, from the int32 sums:
-// each multiply and add rounded on its own (quant.h), or pairs contracted into fused multiply-adds.
+// each multiply and add rounded on its own (quant.h's rule until 2026-12-07), or pairs contracted
+// into fused multiply-adds (both pairs: quant.h's rule since, the one cuDNN was found to follow).
 std::vector<std::pair<std::string, std::vector<float>>> rounding_rules(const Shape& s, Variant v,
                                                                        const Layer& l,
                                                                        const std::vector<int32_t>& sums) {
@@ -447,11 +449,13 @@ std::vector<std::pair<std::string, std::vector<float>>> rounding_rules(const Sha
     }
     rules.emplace_back(std::move(name), std::move(out));
   };
-  add_rule("quant.h: acc*m, +bias" + std::string(residual ? ", +r*rs" : ""), false, false);
-  add_rule("fma(acc, m, bias)" + std::string(residual ? ", +r*rs" : ""), true, false);
+  add_rule("acc*m, +bias" + std::string(residual ? ", +r*rs" : ""), false, false);
   if (residual) {
+    add_rule("fma(acc, m, bias), +r*rs", true, false);
     add_rule("acc*m, +bias, fma(r, rs, v)", false, true);
-    add_rule("fma(acc, m, bias), fma(r, rs, v)", true, true);
+    add_rule("quant.h: fma(acc, m, bias), fma(r, rs, v)", true, true);
+  } else {
+    add_rule("quant.h: fma(acc, m, bias)", true, false);
   }
   return rules;
 }
@@ -565,7 +569,8 @@ nlohmann::json probe(cudnnHandle_t handle, const Shape& s, Variant v, int64_t ba
     size_t differ = 0;
     for (size_t at = 0; at < sums.size(); ++at) {
       const size_t k = at % static_cast<size_t>(s.k);
-      const float t = std::max(static_cast<float>(sums[at]) * check.multiplier[k] + check.bias[k], 0.0f);
+      const float t =
+          std::max(q8_scale_bias(static_cast<float>(sums[at]), check.multiplier[k], check.bias[k]), 0.0f);
       const float q =
           std::clamp(std::round(t * check.inv_y_scale), -128.0f, 127.0f);  // std::round: half away
       differ += static_cast<int8_t>(got[at]) != static_cast<int8_t>(q);

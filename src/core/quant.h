@@ -22,21 +22,25 @@
 //   quantize     e4m3 = round_half_to_even(x * inv_scale) to the nearest E4M3 value (subnormals
 //                included), finite values beyond +-448 saturated to +-448 (CUDA's __NV_SATFINITE),
 //                NaN stays NaN.
-// Convolution and GEMM epilogue, float32, each operation rounded to nearest even, in this order and
-// never contracted into a fused multiply-add (the GPU kernels use __fmul_rn/__fadd_rn):
+// Convolution and GEMM epilogue, float32, in this order, each step rounded once to nearest even:
 //   acc = sum(qx * qw)              INT8: exact in int32. FP8: each product is exact in float32,
 //                                   the sum is float32 in an unspecified order
-//   v   = float(acc) * multiplier   multiplier[k] = x_scale * w_scale[k] (float32, on the host);
-//                                   float(acc) rounds to nearest even above 2^24
-//   v   = v + bias[k]               (float32 bias)
-//   v   = v + float(q_res) * res_scale   a fused residual, read in the plan's 8-bit type
+//   v   = fma(float(acc), multiplier, bias[k])   one fused multiply-add (float32 bias, 0 without
+//                                   one); multiplier[k] = x_scale * w_scale[k] (float32, on the
+//                                   host); float(acc) rounds to nearest even above 2^24
+//   v   = fma(float(q_res), res_scale, v)   a fused residual, read in the plan's 8-bit type
 //   v   = act(v)                    ReLU max(v, 0), Clip min(max(v, lo), hi)
 //   out = quantize(v, y_scale), or v rounded to the output's float type when every reader of the
 //         output computes in float (a "dequantizing" epilogue).
+// Why fused multiply-adds: cuDNN's fused convolution graphs (the cudnn-q8 tactic) compute exactly
+// this, every configuration of engines 4 and 7 on the H100 (bench/results/2026-12-07-9df951c,
+// cudnn_q8_probe's rounding rules: 0 of 401,408 float outputs differ; engine 2 follows no rule tried
+// once a residual is added), while a multiply and an add rounded apart differed on 13% of them and
+// moved 0.3-1 INT8 outputs in a million by one step. With the rule
+// cuDNN follows, its configurations can be held to the same bytes as gpulab's own kernels, which
+// use __fmaf_rn (kernels/quant.cuh), and the interpreter std::fma (correctly rounded on any CPU).
 // Agreement: the INT8 integer sum is exact everywhere and the epilogue is defined to the bit, so a
-// GPU kernel that follows it step by step matches the interpreter bit for bit; one whose epilogue
-// contracts the multiply and the add (CUTLASS's linear combination) can land one unit of the output
-// scale away where v * inv_scale falls within a rounding of a .5 boundary. FP8 sums in another
+// GPU kernel that follows it step by step matches the interpreter bit for bit. FP8 sums in another
 // order, so FP8 agreement is within one E4M3 step of the output.
 #pragma once
 
@@ -63,6 +67,15 @@ inline constexpr int kInt8WeightMinSteps = 32;  // the coarsest weight grid the 
 inline float round_half_even_small(float x) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
   return (x + kMagic) - kMagic;
+}
+
+// The epilogue's first steps (the file comment's rule): acc * multiplier + bias as one fused
+// multiply-add, then the residual's term as another.
+inline float q8_scale_bias(float acc, float multiplier, float bias) {
+  return std::fma(acc, multiplier, bias);
+}
+inline float q8_add_residual(float v, float residual, float residual_scale) {
+  return std::fma(residual, residual_scale, v);
 }
 
 // q = saturate(round_half_to_even(x * inv_scale)) to [lo, 127]; NaN gives 0.

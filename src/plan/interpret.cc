@@ -335,10 +335,8 @@ class Interpreter {
   // InterpretOptions::pre_activation. The value before the activation: acc is the integer (INT8)
   // or float32 (FP8) sum; multiplier = x.scale * weight scale of the channel.
   static float epilogue_sum(float acc, float multiplier, float bias, const float* residual, float res_scale) {
-    float v = acc * multiplier;
-    v = v + bias;
-    if (residual) v = v + *residual * res_scale;
-    return v;
+    const float v = q8_scale_bias(acc, multiplier, bias);
+    return residual ? q8_add_residual(v, *residual, res_scale) : v;
   }
   // Then the activation and the output's quantization.
   static float epilogue_store(float v, Activation act, float lo, float hi, const PlanValue& y) {

@@ -748,9 +748,11 @@ struct Q8Search {
 // weights, scales, bias, input and residual), up to kMaxQ8CudnnCandidates of them in heuristic order,
 // skipping those `skip` names: each built, run once, and kept only where its whole output agrees
 // with `direct`, the direct kernel's output for the same input (q8_difference, as for the tiles);
-// those timed against `search`. cuDNN does not promise quant.h's rounding, so a refusal is expected
+// those timed against `search`. cuDNN does not promise quant.h's rounding, so a refusal is possible
 // (on an H100 every configuration of ResNet-18's INT8 layers was off on about 1 output per million,
-// bench/results/2026-12-07-62b74db): it is logged as info and counted in `tally`. In INT8 the sums
+// bench/results/2026-12-07-62b74db, under the rule of separate roundings that quant.h had then;
+// cuDNN computes the fused multiply-adds quant.h now names): it is logged as info and counted in
+// `tally`. In INT8 the sums
 // are exact and only the epilogue can differ, which an engine's configurations (its knobs are tile
 // shapes) share: once one configuration of an engine is refused, that engine's others are not built.
 Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const kernels::Q8ConvDesc& timed,

@@ -1,5 +1,5 @@
 // An INT8 or FP8 convolution through the cuDNN graph API, computing what gpulab's 8-bit kernels
-// compute (core/quant.h's epilogue, step by step) as one operation graph:
+// compute (core/quant.h's epilogue) as one operation graph:
 //   conv_fprop (int8: int32 sums; E4M3: float32) -> x multiplier[k] -> + bias[k]
 //     -> [+ residual x residual_scale] -> ReLU / Clip -> x (1 / y_scale) -> int8 / E4M3
 // NHWC activations, KRSC weights, one 8-bit type for x, w, residual and y (a layer whose output is
@@ -10,8 +10,10 @@
 // Whether cuDNN's epilogue rounds each step as the rule does is not something cuDNN promises: the
 // tactic search (runtime/tactics.cc) runs each configuration on the layer's weights and keeps only
 // those whose bytes equal the direct kernel's (INT8), or lie within one E4M3 step of them (FP8).
-// bench/kernels/cudnn_q8_probe found the INT8 form bit for bit on an H100 (cuDNN 9.19,
-// bench/results/2026-12-07-b555e06).
+// bench/kernels/cudnn_q8_probe found that on an H100 (cuDNN 9.19) engines 4 and 7 compute the
+// multiply and the bias add as one fused multiply-add, and the residual's term as another (engine 2
+// differs once there is a residual), and
+// rounds the INT8 conversion's ties to even (bench/results/2026-12-07-9df951c): quant.h's rule.
 //
 // Tactics are "cudnn-q8:<engine id>;<knob>=<value>,...;<engine name>" (cudnn_engine_config.h).
 // Building may allocate and take milliseconds to seconds (runtime-compiled engines); launch() never

@@ -98,6 +98,19 @@ TEST(Quant, Int8RoundsHalfToEvenAndSaturates) {
   }
 }
 
+// The epilogue's steps are fused multiply-adds, rounded once: 3 x float(1/3) is 1 + 2^-25 exactly,
+// which a multiply rounded on its own would make 1 before the bias cancels it. The same for the
+// residual's term. (cuDNN's fused graphs compute this; quant.h's file comment says why it is the rule.)
+TEST(Quant, EpilogueStepsAreFusedMultiplyAdds) {
+  const float third = 1.0f / 3.0f;
+  EXPECT_EQ(q8_scale_bias(3.0f, third, -1.0f), std::ldexp(1.0f, -25));
+  EXPECT_EQ(q8_add_residual(-1.0f, 3.0f, third), std::ldexp(1.0f, -25));
+  const volatile float product = 3.0f * third;  // rounded on its own: volatile keeps it from contraction
+  EXPECT_EQ(product + -1.0f, 0.0f) << "the multiply rounded apart loses the 2^-25";
+  // Without a bias (0) the step is the multiply's rounding alone.
+  EXPECT_EQ(q8_scale_bias(3.0f, third, 0.0f), 1.0f);
+}
+
 TEST(Quant, PerChannelWeightsUseTheirOwnRange) {
   // Channel 0 lies on a grid of 0.5 (amax 20: 40 steps), channel 1 is zero, channel 2 spans +-448.
   const std::vector<float> w = {20.0f, -10.5f, 3.0f, 0.0f, 0.0f, 0.0f, -448.0f, 1.0f, 0.001f};

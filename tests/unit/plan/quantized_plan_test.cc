@@ -102,9 +102,8 @@ Q conv(const Fixture& f, const std::string& name, const Q& x, const Q* residual,
                        w.values[((ko * cg + ci) * r + ri) * s + si];
               }
           const int64_t at = ((n * k + ko) * x.h + oh) * x.w + ow;
-          float v = static_cast<float>(acc) * (x.scale * w.scales[ko]);
-          v = v + bias[ko];
-          if (residual) v = v + residual->q[at] * residual->scale;
+          float v = q8_scale_bias(static_cast<float>(acc), x.scale * w.scales[ko], bias[ko]);
+          if (residual) v = q8_add_residual(v, residual->q[at], residual->scale);
           if (a.activation == Activation::kRelu) v = std::max(v, 0.0f);
           if (a.activation == Activation::kClip) v = std::min(std::max(v, a.clip_min), a.clip_max);
           y.q[at] = quantize(v, y.scale, fp8);

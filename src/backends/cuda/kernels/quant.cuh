@@ -1,7 +1,7 @@
 // The device half of src/core/quant.h: the same 8-bit rounding rules with CUDA's intrinsics, so
 // that a kernel using these functions computes, step for step, what the plan interpreter does on
-// the CPU. Every float operation is an explicitly rounded intrinsic (__fmul_rn, __fadd_rn), which
-// nvcc never contracts into a fused multiply-add.
+// the CPU. Every float operation is an explicitly rounded intrinsic (__fmul_rn, __fmaf_rn), which
+// nvcc neither contracts nor splits: the epilogue's two fused multiply-adds are quant.h's rule.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -65,9 +65,8 @@ template <bool kFp8>
 __device__ __forceinline__ float q8_epilogue(float conv, float x_scale, float w_scale, float bias,
                                              bool has_residual, uint8_t residual, float residual_scale,
                                              ActParams act) {
-  float v = __fmul_rn(conv, __fmul_rn(x_scale, w_scale));
-  v = __fadd_rn(v, bias);
-  if (has_residual) v = __fadd_rn(v, __fmul_rn(q8_to_float<kFp8>(residual), residual_scale));
+  float v = __fmaf_rn(conv, __fmul_rn(x_scale, w_scale), bias);
+  if (has_residual) v = __fmaf_rn(q8_to_float<kFp8>(residual), residual_scale, v);
   return apply_act(v, act);
 }
 // q8_epilogue of 16 consecutive output channels quantized to 8 bits and packed as the 16 bytes to

@@ -11,10 +11,10 @@
 //
 // The GEMM, as CUTLASS maps a forward convolution: M = the output pixels (N, P, Q), N = the output
 // channels, K = the filter's (C, S, R). The epilogue tree, per output (quant.h's order, every step
-// rounded to nearest with __fmul_rn/__fadd_rn, never contracted):
-//   scaled = float(acc) * (x_scale * w_scale[k]) + bias[k]          Q8Scale (w_scale and bias as
+// rounded to nearest with __fmul_rn/__fmaf_rn):
+//   scaled = fma(float(acc), x_scale * w_scale[k], bias[k])         Q8Scale (w_scale and bias as
 //                                                                   per-channel row broadcasts)
-//   out    = quantize(act(scaled + float(residual) * residual_scale), 1 / y_scale)   Q8Finish
+//   out    = quantize(act(fma(float(residual), residual_scale, scaled)), 1 / y_scale)   Q8Finish
 // the residual is CUTLASS's C operand (the output's shape, int8), loaded only for a layer that has
 // one (Q8ResidualFetch). Q8Finish returns the quantized value as an integral float in [-128, 127],
 // so the conversion to int8 that follows is exact.
@@ -55,7 +55,7 @@ using cutlass::epilogue::fusion::Sm90RowBroadcast;
 
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
-// float(acc) * (x_scale * w_scale) + bias, elementwise: q8_epilogue's first two steps.
+// fma(float(acc), x_scale * w_scale, bias), elementwise: q8_epilogue's first step.
 struct Q8ScaleArgs {
   float x_scale = 1.0f;
 };
@@ -69,8 +69,7 @@ struct Q8Scale {
                                                      Arguments const& a) const {
     cutlass::Array<float, N> v;
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i)
-      v[i] = __fadd_rn(__fmul_rn(acc[i], __fmul_rn(a.x_scale, w_scale[i])), bias[i]);
+    for (int i = 0; i < N; ++i) v[i] = __fmaf_rn(acc[i], __fmul_rn(a.x_scale, w_scale[i]), bias[i]);
     return v;
   }
 };
@@ -94,7 +93,7 @@ struct Q8Finish {
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < N; ++i) {
       float v = scaled[i];
-      if (a.has_residual) v = __fadd_rn(v, __fmul_rn(residual[i], a.residual_scale));
+      if (a.has_residual) v = __fmaf_rn(residual[i], a.residual_scale, v);
       q[i] = static_cast<float>(quantize_int8(apply_act(v, a.act), a.inv_y));
     }
     return q;
