@@ -45,7 +45,8 @@
 // Epilogue: each warp stages its accumulators (16 pixel rows at a time, as float) in shared memory,
 // then every lane finishes 16 consecutive channels of one pixel: quant.h's epilogue (q8_epilogue,
 // the values in registers) per output, the residual read and the bytes written 16 at a time, so
-// that a warp writes whole 32-byte sectors instead of 2 bytes per row (finish_fragment).
+// that a warp writes whole 32-byte sectors instead of 2 bytes per row (finish_fragment); 8 at a
+// time where k % 16 == 8 leaves the rows only 8-byte aligned (store_16_channels).
 //
 // Exactness: INT8 sums are exact in any order, and the epilogue is the direct kernel's
 // (q8_epilogue, which its store_q8_output calls, quant.cuh) step for step, so INT8 outputs equal the direct
@@ -683,6 +684,8 @@ Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const vo
   p.c_half = d.c % 16 != 0;
   p.vec_out = is_kernel_8bit_type(d.y_dtype) && d.k % 16 == 0 && is_aligned(y, 16) &&
               (!residual || is_aligned(residual, 16));
+  p.vec8_out = !p.vec_out && is_kernel_8bit_type(d.y_dtype) && d.k % 16 == 8 && is_aligned(y, 8) &&
+               (!residual || is_aligned(residual, 8));
   p.x_scale = d.x_scale;
   p.residual_scale = d.residual_scale;
   p.inv_y = 1.0f / d.y_scale;  // as the direct kernel and the interpreter compute it

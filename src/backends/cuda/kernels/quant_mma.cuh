@@ -33,8 +33,9 @@ struct MmaParams {
   // epilogue. partial null: one split, the epilogue in the kernel.
   int kt_per_split;
   int32_t* partial;
-  int n_tiles;   // thread-block tiles across the output channels
-  bool vec_out;  // 16 output channels of a pixel are one aligned 16-byte store (8-bit y, k % 16 == 0)
+  int n_tiles;    // thread-block tiles across the output channels
+  bool vec_out;   // 16 output channels of a pixel are one aligned 16-byte store (8-bit y, k % 16 == 0)
+  bool vec8_out;  // else 8-byte stores and residual loads (8-bit y, k % 16 == 8, 8-byte aligned)
   float x_scale, residual_scale, inv_y;
   ActParams act;
 };
@@ -138,7 +139,10 @@ struct TileRows {
 
 // Channels k_base .. k_base + 15 of the output pixel whose row starts at i0 - k_base, from their
 // sums conv(e) (as float): one 16-byte store where `vec` (8-bit y, k % 16 == 0, aligned; `res` the
-// residual's 16 bytes, which the caller reads), else store_q8_output per channel below p.k.
+// residual's 16 bytes, which the caller reads); two 8-byte stores, or one for the last 8 channels,
+// where p.vec8_out (8-bit y, k % 16 == 8: MobileNetV2's 24-channel project layers, whose bytes went
+// one at a time and ran 2.6x FP16's time at batch 32 on the H100, bench/results/2026-12-07-9df951c),
+// the residual read here 8 bytes at a time; else store_q8_output per channel below p.k.
 template <bool kFp8, typename Y, typename Conv>
 __device__ __forceinline__ void store_16_channels(Conv conv, bool vec, uint4 res, int k_base, int64_t i0,
                                                   const MmaParams& p, const float* w_scale, const float* bias,
@@ -149,6 +153,23 @@ __device__ __forceinline__ void store_16_channels(Conv conv, bool vec, uint4 res
           conv, [&](int e) { return w_scale[k_base + e]; },
           [&](int e) { return bias ? bias[k_base + e] : 0.0f; }, p.x_scale, residual != nullptr, res,
           p.residual_scale, p.act, p.inv_y);
+      return;
+    }
+    if (p.vec8_out) {
+      if (k_base >= p.k) return;
+      const bool both = k_base + 16 <= p.k;  // else only the first 8 channels exist
+      uint4 r8 = make_uint4(0, 0, 0, 0);
+      if (residual) {
+        const uint2 lo = *reinterpret_cast<const uint2*>(residual + i0);
+        const uint2 hi = both ? *reinterpret_cast<const uint2*>(residual + i0 + 8) : make_uint2(0, 0);
+        r8 = make_uint4(lo.x, lo.y, hi.x, hi.y);
+      }
+      const uint4 out = q8_epilogue16<kFp8>(
+          conv, [&](int e) { return k_base + e < p.k ? w_scale[k_base + e] : 0.0f; },
+          [&](int e) { return bias && k_base + e < p.k ? bias[k_base + e] : 0.0f; }, p.x_scale,
+          residual != nullptr, r8, p.residual_scale, p.act, p.inv_y);
+      *reinterpret_cast<uint2*>(y + i0) = make_uint2(out.x, out.y);
+      if (both) *reinterpret_cast<uint2*>(y + i0 + 8) = make_uint2(out.z, out.w);
       return;
     }
   }
