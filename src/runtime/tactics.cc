@@ -726,7 +726,8 @@ Status fetch_output(TimingRig& rig, const void* from, std::vector<std::byte>& to
 // What cudnn-q8 did in one build, for its summary line.
 struct CudnnQ8Tally {
   int layers_tried = 0, layers_taken = 0, refused = 0;
-  std::string first_refusal;  // "<layer>: <tactic> (<what differs>)"
+  std::string first_refusal;                 // "<layer>: <tactic> (<what differs>)"
+  std::vector<std::string> refused_engines;  // "cudnn-q8:<engine id>;" of refused INT8 configurations
 };
 
 // What one 8-bit layer's tactic search has found so far.
@@ -752,9 +753,14 @@ struct Q8Search {
 // (on an H100 every configuration of ResNet-18's INT8 layers was off on about 1 output per million,
 // bench/results/2026-12-07-62b74db, under the rule of separate roundings that quant.h had then;
 // cuDNN computes the fused multiply-adds quant.h now names): it is logged as info and counted in
-// `tally`. In INT8 the sums
-// are exact and only the epilogue can differ, which an engine's configurations (its knobs are tile
-// shapes) share: once one configuration of an engine is refused, that engine's others are not built.
+// `tally`. In INT8 the sums are exact and only the epilogue can differ, which an engine's
+// configurations (its knobs are tile shapes) share: once one configuration of an engine is refused,
+// no configuration of that engine is built again in this build, on this layer or a later one. An
+// agreement on one layer's timing batch does not prove an engine follows the rule, and contexts
+// build the chosen configuration for other batch sizes without a check; an engine seen off the
+// rule once is not trusted. (On an H100, bench/results/2026-12-07-2a1a736, engine 2 was refused on
+// 4 of ResNet-18's layers, 1-3 bytes in 51-103 million, and had been taken on two others; engines 4
+// and 7 followed the rule on every layer and kernel-test case.)
 Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const kernels::Q8ConvDesc& timed,
                        std::string_view skip, const std::vector<std::byte>& direct, Q8Search& search,
                        CudnnQ8Tally& tally) {
@@ -773,7 +779,7 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
                                   timed.has_residual ? rig.r.buffer.get() : nullptr, rig.y2.buffer.get()};
   ++tally.layers_tried;
   std::vector<std::byte> got(direct.size());
-  std::vector<std::string> refused_engines;  // "cudnn-q8:<engine id>;" of refused INT8 configurations
+  std::vector<std::string>& refused_engines = tally.refused_engines;
   const auto engine_of = [](std::string_view tactic) {
     return std::string(tactic.substr(0, tactic.find(';') + 1));
   };
@@ -789,8 +795,8 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
       continue;
     }
     if (std::ranges::find(refused_engines, engine_of(tactic)) != refused_engines.end()) {
-      log_debug("tactics: {}: {} not tried: another configuration of its engine was refused", step.name,
-                tactic);
+      log_debug("tactics: {}: {} not tried: a configuration of its engine was refused in this build",
+                step.name, tactic);
       continue;
     }
     const auto build_start = std::chrono::steady_clock::now();
