@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
@@ -724,6 +726,11 @@ Status fetch_output(TimingRig& rig, const void* from, std::vector<std::byte>& to
 }
 
 // What cudnn-q8 did in one build, for its summary line.
+// "cudnn-q8:<engine id>;" of a cudnn-q8 tactic: what its configurations share.
+std::string cudnn_q8_engine_of(std::string_view tactic) {
+  return std::string(tactic.substr(0, tactic.find(';') + 1));
+}
+
 struct CudnnQ8Tally {
   int layers_tried = 0, layers_taken = 0, refused = 0;
   std::string first_refusal;                 // "<layer>: <tactic> (<what differs>)"
@@ -744,6 +751,27 @@ struct Q8Search {
     }
   }
 };
+
+// The 8-bit tactics chosen in this build, by layer shape (q8_shape_key): ResNet-18's and
+// MobileNetV2's repeated blocks give many layers one shape, and a tactic's time depends on the
+// shape, not on the weights, so a later layer of a timed shape takes the earlier one's tactic once
+// it computes the direct kernel's bytes on the layer's own weights (choose_q8_tactic). The search
+// timed every one of them before: with cudnn-q8's configurations, 129.6 s of ResNet-18's INT8
+// build at max batch 1024 on an H100 (bench/results/2026-12-07-2a1a736).
+struct Q8ShapeMemo {
+  std::map<std::string, std::string> tactic;  // q8_shape_key -> the step's whole tactic
+  int reused = 0;
+};
+
+// What a tactic's time depends on: the geometry, the types and the epilogue's form, not the scales.
+std::string q8_shape_key(const kernels::Q8ConvDesc& d, StepKind kind, bool has_bias) {
+  return fmt::format(
+      "{} n{} {}x{}x{} k{} {}x{} out {}x{} stride {}x{} dil {}x{} pads {},{},{},{} g{} {}->{} res{} "
+      "act{} bias{}",
+      static_cast<int>(kind), d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.out_h, d.out_w, d.stride.h, d.stride.w,
+      d.dilation.h, d.dilation.w, d.pads.top, d.pads.left, d.pads.bottom, d.pads.right, d.groups,
+      dtype_name(d.x_dtype), dtype_name(d.y_dtype), d.has_residual, static_cast<int>(d.activation), has_bias);
+}
 
 // The cudnn-q8 configurations of an 8-bit conv step at the timing batch (`timed`; the rig holds its
 // weights, scales, bias, input and residual), up to kMaxQ8CudnnCandidates of them in heuristic order,
@@ -780,9 +808,6 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
   ++tally.layers_tried;
   std::vector<std::byte> got(direct.size());
   std::vector<std::string>& refused_engines = tally.refused_engines;
-  const auto engine_of = [](std::string_view tactic) {
-    return std::string(tactic.substr(0, tactic.find(';') + 1));
-  };
   const int64_t count = std::min((*conv)->candidate_count(), kMaxQ8CudnnCandidates);
   for (int64_t i = 0; i < count; ++i) {
     const std::string tactic = (*conv)->tactic(i);
@@ -794,7 +819,7 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
       log_debug("tactics: {}: {} skipped (GPULAB_SKIP_Q8_TACTICS)", step.name, tactic);
       continue;
     }
-    if (std::ranges::find(refused_engines, engine_of(tactic)) != refused_engines.end()) {
+    if (std::ranges::find(refused_engines, cudnn_q8_engine_of(tactic)) != refused_engines.end()) {
       log_debug("tactics: {}: {} not tried: a configuration of its engine was refused in this build",
                 step.name, tactic);
       continue;
@@ -822,7 +847,7 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
       log_info("tactics: {}: {} does not compute the direct 8-bit kernel's output ({}); not using it",
                step.name, tactic, differs);
       if (tally.refused++ == 0) tally.first_refusal = fmt::format("{}: {} ({})", step.name, tactic, differs);
-      if (!fp8) refused_engines.push_back(engine_of(tactic));
+      if (!fp8) refused_engines.push_back(cudnn_q8_engine_of(tactic));
       continue;
     }
     GPULAB_ASSIGN_OR_RETURN(
@@ -850,8 +875,12 @@ void log_cudnn_q8_tally(const CudnnQ8Tally& t) {
 // (q8_difference says how close); with time_tactics, the fastest such tile, if it beats the direct kernel at
 // the timing batch; without, the first tile that agrees. Else the direct kernel (direct-q8), which runs every
 // 8-bit layer. Tiles named in `skip` (GPULAB_SKIP_Q8_TACTICS, read once per build) are not tried.
+// With time_tactics, a layer of a shape `memo` holds takes that tactic instead of a search where
+// it computes the direct kernel's bytes on this layer's weights (a cuDNN configuration on the whole
+// timing batch, as the search checks it; a tile on the check batch); the choice of a searched layer
+// goes into `memo`.
 Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_view skip, int& on_mma,
-                        CudnnQ8Tally& cudnn) {
+                        CudnnQ8Tally& cudnn, Q8ShapeMemo& memo) {
   step.tactic = std::string(kQ8DirectTactic);
   if (const Status s = kernels::validate_q8_mma(q8_layer_desc(c.plan, step, c.plan.max_batch)); !s.is_ok()) {
     log_debug("tactics: {}: {} ({})", step.name, kQ8DirectTactic, s.message());
@@ -901,6 +930,82 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
     return Status::ok();
   }
   GPULAB_TRY(fetch_output(rig, rig.y.buffer.get(), direct));
+
+  // An earlier layer's choice for this shape: "" where `tactic` gives the direct kernel's bytes here.
+  const auto differs_here = [&](std::string_view tactic) -> Result<std::string> {
+    if (tactic == kQ8DirectTactic) return std::string();
+    if (is_q8_cudnn_tactic(tactic)) {
+      auto conv = cuda::CudnnQ8Conv::with_tactic(rig.libs.cudnn(), timed, step.bias >= 0,
+                                                 plan_floats(plan, step.weight_scale), tactic);
+      if (!conv.is_ok()) return std::string(conv.status().message());
+      if ((*conv)->workspace_bytes() > rig.ws_limit) return std::string("its workspace is over the limit");
+      GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>((*conv)->workspace_bytes(), 1)),
+                               "tactic timing workspace"));
+      std::vector<std::byte> want(y_bytes), got(y_bytes);
+      GPULAB_TRY(run(timed, {}, rig.y.buffer.get()));
+      GPULAB_TRY(fetch_output(rig, rig.y.buffer.get(), want));
+      const cuda::Q8ConvPointers ptrs{rig.x.buffer.get(), rig.w.buffer.get(), bias, residual,
+                                      rig.y2.buffer.get()};
+      Status ran = (*conv)->launch(rig.libs.cudnn(), ptrs, rig.ws.buffer.get());
+      if (ran.is_ok()) ran = fetch_output(rig, ptrs.y, got);
+      if (!ran.is_ok()) {
+        (void)cudaGetLastError();
+        return std::string(ran.message());
+      }
+      return q8_difference(want, got, fp8, timed.y_dtype);
+    }
+    Status ran = run(check, tactic, rig.y2.buffer.get());
+    if (ran.is_ok()) ran = fetch_output(rig, rig.y2.buffer.get(), mma);
+    if (!ran.is_ok()) {
+      (void)cudaGetLastError();
+      return std::string(ran.message());
+    }
+    return q8_difference(direct, mma, fp8, check.y_dtype);
+  };
+  const std::string shape = q8_shape_key(timed, step.kind, step.bias >= 0);
+  if (const auto known = memo.tactic.find(shape); c.options.time_tactics && known != memo.tactic.end()) {
+    const Q8BatchTactics parts = split_q8_tactic(known->second);
+    // An engine refused since (search_cudnn_q8) is not trusted on this layer either.
+    GPULAB_ASSIGN_OR_RETURN(
+        std::string differs,
+        is_q8_cudnn_tactic(parts.main) &&
+                std::ranges::find(cudnn.refused_engines, cudnn_q8_engine_of(parts.main)) !=
+                    cudnn.refused_engines.end()
+            ? Result<std::string>(std::string("its engine was refused on a later layer"))
+            : differs_here(parts.main));
+    if (differs.empty() && parts.small_limit > 0) {
+      GPULAB_ASSIGN_OR_RETURN(differs, differs_here(parts.small));
+    }
+    if (differs.empty()) {
+      step.tactic = known->second;
+      on_mma += parts.main != kQ8DirectTactic;
+      // Counted as the search would have: offered to cuDNN where it could compete.
+      cudnn.layers_tried += step.kind == StepKind::kConv && cuda::cudnn_q8_conv_supports(timed).is_ok() &&
+                            !tactic_in_list(skip, kQ8CudnnTactic);
+      cudnn.layers_taken += is_q8_cudnn_tactic(parts.main);
+      ++memo.reused;
+      log_info(
+          "tactics: {}: {} (an earlier layer's, same shape; the direct kernel's bytes on this layer's "
+          "weights)",
+          step.name, step.tactic);
+      return Status::ok();
+    }
+    log_info(
+        "tactics: {}: {}, an earlier layer's for this shape, does not compute the direct kernel's bytes here "
+        "({}); searching",
+        step.name, known->second, differs);
+  }
+  // The choice of a timed search, for the later layers of this shape.
+  struct Remember {
+    bool timed;
+    Q8ShapeMemo& memo;
+    const std::string& key;
+    const PlanStep& step;
+    ~Remember() {
+      if (timed) memo.tactic[key] = step.tactic;
+    }
+  } remember{c.options.time_tactics, memo, shape, step};
+
   std::vector<std::string_view> agreeing;
   for (const std::string_view tactic : kernels::q8_mma_tactics()) {
     if (tactic_in_list(skip, tactic)) {
@@ -1022,6 +1127,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
              plan.max_batch);
   int q8_layers = 0, q8_mma = 0;
   CudnnQ8Tally cudnn_q8;
+  Q8ShapeMemo q8_memo;
   const std::string skip = q8_tactics_to_skip();
   if (!skip.empty() && std::ranges::any_of(plan.steps, is_q8_layer)) {
     const std::vector<std::string_view> names = q8_tactic_names();
@@ -1033,7 +1139,7 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   for (auto& step : plan.steps) {
     if (is_q8_layer(step)) {
       ++q8_layers;
-      GPULAB_TRY(choose_q8_tactic(context, step, skip, q8_mma, cudnn_q8));
+      GPULAB_TRY(choose_q8_tactic(context, step, skip, q8_mma, cudnn_q8, q8_memo));
     } else if (step.kind == StepKind::kGemm || step.kind == StepKind::kLinear ||
                step.kind == StepKind::kMatMul) {
       step.tactic = "cublaslt";
@@ -1061,6 +1167,11 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         "candidates",
         report.candidate_build_s, report.candidates_built, report.timing_s, report.timing_runs);
   log_cudnn_q8_tally(cudnn_q8);
+  if (q8_memo.reused > 0)
+    log_info(
+        "tactics: {} 8-bit layers took the tactic of an earlier layer of their shape, checked on their own "
+        "weights",
+        q8_memo.reused);
   if (q8_layers > 0)
     log_info(
         "tactics: {} INT8/FP8 layers on the tensor-core kernels, {} or cuDNN ({}, {}, {}, {}), {} on the "
