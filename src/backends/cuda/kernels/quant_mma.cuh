@@ -141,8 +141,10 @@ struct TileRows {
 // sums conv(e) (as float): one 16-byte store where `vec` (8-bit y, k % 16 == 0, aligned; `res` the
 // residual's 16 bytes, which the caller reads); two 8-byte stores, or one for the last 8 channels,
 // where p.vec8_out (8-bit y, k % 16 == 8: MobileNetV2's 24-channel project layers, whose bytes went
-// one at a time and ran 2.6x FP16's time at batch 32 on the H100, bench/results/2026-12-07-9df951c),
-// the residual read here 8 bytes at a time; else store_q8_output per channel below p.k.
+// one at a time and ran 2.6x FP16's time at batch 32 on the H100, bench/results/2026-12-07-9df951c;
+// with these stores mma-q8 took them in 0.093 and 0.130 ms at batch 256 against 0.144 and 0.174,
+// though cuDNN's engine 4 is faster there, bench/results/2026-12-07-d9cedc6), the residual read here
+// 8 bytes at a time; else store_q8_output per channel below p.k.
 template <bool kFp8, typename Y, typename Conv>
 __device__ __forceinline__ void store_16_channels(Conv conv, bool vec, uint4 res, int k_base, int64_t i0,
                                                   const MmaParams& p, const float* w_scale, const float* bias,
