@@ -206,4 +206,13 @@ Status launch_chunked_conv_step(const cuda::ConvProblem& problem, int64_t chunk,
   return Status::ok();
 }
 
+std::string q8_shape_key(const kernels::Q8ConvDesc& d, bool gemm, bool has_bias) {
+  return fmt::format(
+      "{} n{} {}x{}x{} k{} {}x{} out {}x{} stride {}x{} dilation {}x{} pads {},{},{},{} groups {} {}->{} "
+      "residual {} activation {} bias {}",
+      gemm ? "gemm" : "conv", d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.out_h, d.out_w, d.stride.h, d.stride.w,
+      d.dilation.h, d.dilation.w, d.pads.top, d.pads.left, d.pads.bottom, d.pads.right, d.groups,
+      dtype_name(d.x_dtype), dtype_name(d.y_dtype), d.has_residual, static_cast<int>(d.activation), has_bias);
+}
+
 }  // namespace gpulab

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backends/cuda/cudnn_conv.h"
+#include "backends/cuda/kernels/quant_desc.h"
 #include "gpulab/status.h"
 
 namespace gpulab {
@@ -84,6 +85,10 @@ inline bool is_q8_tactic(std::string_view tactic) {
   return t.small_limit >= 0 && is_q8_single_tactic(t.main) &&
          (t.small_limit == 0 || t.small == kQ8DirectTactic || is_q8_mma_tactic(t.small));
 }
+// What an 8-bit layer's tactic timings depend on, as a key (tactics.cc's shape memo): the geometry,
+// the types, whether it is a Gemm, and the epilogue's form (residual, activation kind, bias), not
+// the scales or the clip bounds, which change no kernel's work.
+std::string q8_shape_key(const kernels::Q8ConvDesc& d, bool gemm, bool has_bias);
 // The non-empty items of a comma-separated list (GPULAB_SKIP_Q8_TACTICS).
 inline std::vector<std::string_view> list_items(std::string_view list) {
   std::vector<std::string_view> out;

@@ -752,7 +752,7 @@ struct Q8Search {
   }
 };
 
-// The 8-bit tactics chosen in this build, by layer shape (q8_shape_key): ResNet-18's and
+// The 8-bit tactics chosen in this build, by layer shape (q8_shape_key, conv_step.h): ResNet-18's and
 // MobileNetV2's repeated blocks give many layers one shape, and a tactic's time depends on the
 // shape, not on the weights, so a later layer of a timed shape takes the earlier one's tactic once
 // it computes the direct kernel's bytes on the layer's own weights (choose_q8_tactic). The search
@@ -762,16 +762,6 @@ struct Q8ShapeMemo {
   std::map<std::string, std::string> tactic;  // q8_shape_key -> the step's whole tactic
   int reused = 0;
 };
-
-// What a tactic's time depends on: the geometry, the types and the epilogue's form, not the scales.
-std::string q8_shape_key(const kernels::Q8ConvDesc& d, StepKind kind, bool has_bias) {
-  return fmt::format(
-      "{} n{} {}x{}x{} k{} {}x{} out {}x{} stride {}x{} dil {}x{} pads {},{},{},{} g{} {}->{} res{} "
-      "act{} bias{}",
-      static_cast<int>(kind), d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.out_h, d.out_w, d.stride.h, d.stride.w,
-      d.dilation.h, d.dilation.w, d.pads.top, d.pads.left, d.pads.bottom, d.pads.right, d.groups,
-      dtype_name(d.x_dtype), dtype_name(d.y_dtype), d.has_residual, static_cast<int>(d.activation), has_bias);
-}
 
 // The cudnn-q8 configurations of an 8-bit conv step at the timing batch (`timed`; the rig holds its
 // weights, scales, bias, input and residual), up to kMaxQ8CudnnCandidates of them in heuristic order,
@@ -962,7 +952,7 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
     }
     return q8_difference(direct, mma, fp8, check.y_dtype);
   };
-  const std::string shape = q8_shape_key(timed, step.kind, step.bias >= 0);
+  const std::string shape = q8_shape_key(timed, step.kind == StepKind::kGemm, step.bias >= 0);
   if (const auto known = memo.tactic.find(shape); c.options.time_tactics && known != memo.tactic.end()) {
     const Q8BatchTactics parts = split_q8_tactic(known->second);
     // An engine refused since (search_cudnn_q8) is not trusted on this layer either.

@@ -38,6 +38,31 @@ TEST(QuantTactics, EveryTileIsAnEightBitTacticOfTheConvStep) {
   EXPECT_FALSE(is_q8_mma_tactic("cutlass-q8"));  // a tile is required
 }
 
+// The shape memo's key (tactics.cc): layers that differ only in their scales share a key; anything
+// that changes a kernel's work does not.
+TEST(QuantTactics, ShapeKeyIgnoresScalesOnly) {
+  const Q8ConvDesc d = layer2();
+  const std::string key = q8_shape_key(d, /*gemm=*/false, /*has_bias=*/true);
+  Q8ConvDesc scaled = d;
+  scaled.x_scale = 0.3f;
+  scaled.y_scale = 7.0f;
+  scaled.residual_scale = 0.01f;
+  scaled.clip_max = 3.0f;
+  EXPECT_EQ(q8_shape_key(scaled, false, true), key);
+  EXPECT_NE(q8_shape_key(d, /*gemm=*/true, true), key);
+  EXPECT_NE(q8_shape_key(d, false, /*has_bias=*/false), key);
+  std::vector<Q8ConvDesc> others(8, d);
+  others[0].n = 16;
+  others[1].c = 64;
+  others[2].k = 256;
+  others[3].stride = {2, 2};
+  others[4].has_residual = false;
+  others[5].activation = Activation::kClip;
+  others[6].y_dtype = DataType::kFloat16;
+  others[7].pads = {0, 0, 2, 2};
+  for (const Q8ConvDesc& o : others) EXPECT_NE(q8_shape_key(o, false, true), key);
+}
+
 TEST(QuantTactics, SkipListMatchesNamesAndPrefixes) {
   EXPECT_TRUE(tactic_in_list("cutlass-q8", "cutlass-q8:128x128"));
   EXPECT_TRUE(tactic_in_list("mma-q8:256x64,cutlass-q8", "cutlass-q8:64x256"));
