@@ -725,12 +725,27 @@ Status fetch_output(TimingRig& rig, const void* from, std::vector<std::byte>& to
   return Status::ok();
 }
 
-// What cudnn-q8 did in one build, for its summary line.
 // "cudnn-q8:<engine id>;" of a cudnn-q8 tactic: what its configurations share.
 std::string cudnn_q8_engine_of(std::string_view tactic) {
   return std::string(tactic.substr(0, tactic.find(';') + 1));
 }
 
+// `conv`'s selected configuration run once on `ptrs` (the rig's buffers; its output at ptrs.y, read
+// into `got`) against `want`, the direct kernel's output: "" where they agree (q8_difference), else
+// what differs or why it did not run.
+std::string cudnn_q8_differs(TimingRig& rig, const cuda::CudnnQ8Conv& conv, const cuda::Q8ConvPointers& ptrs,
+                             const std::vector<std::byte>& want, std::vector<std::byte>& got, bool fp8,
+                             DataType y_dtype) {
+  Status ran = conv.launch(rig.libs.cudnn(), ptrs, rig.ws.buffer.get());
+  if (ran.is_ok()) ran = fetch_output(rig, ptrs.y, got);
+  if (!ran.is_ok()) {
+    (void)cudaGetLastError();
+    return std::string(ran.message());
+  }
+  return q8_difference(want, got, fp8, y_dtype);
+}
+
+// What cudnn-q8 did in one build, for its summary line.
 struct CudnnQ8Tally {
   int layers_tried = 0, layers_taken = 0, refused = 0;
   std::string first_refusal;                 // "<layer>: <tactic> (<what differs>)"
@@ -829,11 +844,8 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
     }
     GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
     const auto run = [&] { return (*conv)->launch(rig.libs.cudnn(), ptrs, rig.ws.buffer.get()); };
-    Status ran = run();
-    if (ran.is_ok()) ran = fetch_output(rig, ptrs.y, got);
-    const std::string differs = ran.is_ok() ? q8_difference(direct, got, fp8, timed.y_dtype) : ran.message();
+    const std::string differs = cudnn_q8_differs(rig, **conv, ptrs, direct, got, fp8, timed.y_dtype);
     if (!differs.empty()) {
-      (void)cudaGetLastError();
       log_info("tactics: {}: {} does not compute the direct 8-bit kernel's output ({}); not using it",
                step.name, tactic, differs);
       if (tally.refused++ == 0) tally.first_refusal = fmt::format("{}: {} ({})", step.name, tactic, differs);
@@ -921,28 +933,36 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   }
   GPULAB_TRY(fetch_output(rig, rig.y.buffer.get(), direct));
 
+  // The direct kernel's output for the whole timing batch, which a cuDNN configuration must reproduce.
+  const auto direct_timed_output = [&]() -> Result<std::vector<std::byte>> {
+    std::vector<std::byte> out(y_bytes);
+    GPULAB_TRY(run(timed, {}, rig.y.buffer.get()));
+    GPULAB_TRY(fetch_output(rig, rig.y.buffer.get(), out));
+    return out;
+  };
+  // cudnn-q8 is timed only (it has no "first that agrees" without timing), for conv layers whose
+  // graph it can express.
+  const bool try_cudnn = c.options.time_tactics && step.kind == StepKind::kConv &&
+                         cuda::cudnn_q8_conv_supports(timed).is_ok() && !tactic_in_list(skip, kQ8CudnnTactic);
+
   // An earlier layer's choice for this shape: "" where `tactic` gives the direct kernel's bytes here.
   const auto differs_here = [&](std::string_view tactic) -> Result<std::string> {
     if (tactic == kQ8DirectTactic) return std::string();
     if (is_q8_cudnn_tactic(tactic)) {
+      // An engine refused since (search_cudnn_q8) is not trusted on this layer either.
+      if (std::ranges::find(cudnn.refused_engines, cudnn_q8_engine_of(tactic)) != cudnn.refused_engines.end())
+        return std::string("its engine was refused on a later layer");
       auto conv = cuda::CudnnQ8Conv::with_tactic(rig.libs.cudnn(), timed, step.bias >= 0,
                                                  plan_floats(plan, step.weight_scale), tactic);
       if (!conv.is_ok()) return std::string(conv.status().message());
       if ((*conv)->workspace_bytes() > rig.ws_limit) return std::string("its workspace is over the limit");
       GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>((*conv)->workspace_bytes(), 1)),
                                "tactic timing workspace"));
-      std::vector<std::byte> want(y_bytes), got(y_bytes);
-      GPULAB_TRY(run(timed, {}, rig.y.buffer.get()));
-      GPULAB_TRY(fetch_output(rig, rig.y.buffer.get(), want));
+      GPULAB_ASSIGN_OR_RETURN(const std::vector<std::byte> want, direct_timed_output());
+      std::vector<std::byte> got(y_bytes);
       const cuda::Q8ConvPointers ptrs{rig.x.buffer.get(), rig.w.buffer.get(), bias, residual,
                                       rig.y2.buffer.get()};
-      Status ran = (*conv)->launch(rig.libs.cudnn(), ptrs, rig.ws.buffer.get());
-      if (ran.is_ok()) ran = fetch_output(rig, ptrs.y, got);
-      if (!ran.is_ok()) {
-        (void)cudaGetLastError();
-        return std::string(ran.message());
-      }
-      return q8_difference(want, got, fp8, timed.y_dtype);
+      return cudnn_q8_differs(rig, **conv, ptrs, want, got, fp8, timed.y_dtype);
     }
     Status ran = run(check, tactic, rig.y2.buffer.get());
     if (ran.is_ok()) ran = fetch_output(rig, rig.y2.buffer.get(), mma);
@@ -955,23 +975,14 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   const std::string shape = q8_shape_key(timed, step.kind == StepKind::kGemm, step.bias >= 0);
   if (const auto known = memo.tactic.find(shape); c.options.time_tactics && known != memo.tactic.end()) {
     const Q8BatchTactics parts = split_q8_tactic(known->second);
-    // An engine refused since (search_cudnn_q8) is not trusted on this layer either.
-    GPULAB_ASSIGN_OR_RETURN(
-        std::string differs,
-        is_q8_cudnn_tactic(parts.main) &&
-                std::ranges::find(cudnn.refused_engines, cudnn_q8_engine_of(parts.main)) !=
-                    cudnn.refused_engines.end()
-            ? Result<std::string>(std::string("its engine was refused on a later layer"))
-            : differs_here(parts.main));
+    GPULAB_ASSIGN_OR_RETURN(std::string differs, differs_here(parts.main));
     if (differs.empty() && parts.small_limit > 0) {
       GPULAB_ASSIGN_OR_RETURN(differs, differs_here(parts.small));
     }
     if (differs.empty()) {
       step.tactic = known->second;
       on_mma += parts.main != kQ8DirectTactic;
-      // Counted as the search would have: offered to cuDNN where it could compete.
-      cudnn.layers_tried += step.kind == StepKind::kConv && cuda::cudnn_q8_conv_supports(timed).is_ok() &&
-                            !tactic_in_list(skip, kQ8CudnnTactic);
+      cudnn.layers_tried += try_cudnn;  // counted as the search would have
       cudnn.layers_taken += is_q8_cudnn_tactic(parts.main);
       ++memo.reused;
       log_info(
@@ -1021,10 +1032,6 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
     }
     agreeing.push_back(tactic);
   }
-  // cudnn-q8 is timed only (it has no "first that agrees" without timing), for conv layers whose
-  // graph it can express.
-  const bool try_cudnn = c.options.time_tactics && step.kind == StepKind::kConv &&
-                         cuda::cudnn_q8_conv_supports(timed).is_ok() && !tactic_in_list(skip, kQ8CudnnTactic);
   if (agreeing.empty() && !try_cudnn) return Status::ok();
   Q8Search search;
   if (!agreeing.empty()) search.chosen = agreeing.front();
@@ -1038,10 +1045,7 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
       search.add(tactic, ms);
     }
     if (try_cudnn) {
-      // The direct kernel's output for the whole timing batch, which cuDNN's must reproduce.
-      std::vector<std::byte> direct_timed(y_bytes);
-      GPULAB_TRY(run(timed, {}, rig.y.buffer.get()));
-      GPULAB_TRY(fetch_output(rig, rig.y.buffer.get(), direct_timed));
+      GPULAB_ASSIGN_OR_RETURN(const std::vector<std::byte> direct_timed, direct_timed_output());
       GPULAB_TRY(search_cudnn_q8(c, step, timed, skip, direct_timed, search, cudnn));
     }
     // The direct kernel is given up on as soon as one launch is slower than the best tile's median.
