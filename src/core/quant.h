@@ -36,9 +36,9 @@
 // this, every configuration of engines 4 and 7 on the H100 (bench/results/2026-12-07-9df951c,
 // cudnn_q8_probe's rounding rules: 0 of 401,408 float outputs differ; engine 2 follows no rule tried
 // once a residual is added), while a multiply and an add rounded apart differed on 13% of them and
-// moved 0.3-1 INT8 outputs in a million by one step. With the rule
-// cuDNN follows, its configurations can be held to the same bytes as gpulab's own kernels, which
-// use __fmaf_rn (kernels/quant.cuh), and the interpreter std::fma (correctly rounded on any CPU).
+// moved 0.3-1 INT8 outputs in a million by one step. With the rule cuDNN follows, its
+// configurations can be held to the same bytes as gpulab's own kernels, which use __fmaf_rn
+// (kernels/quant.cuh), and the interpreter std::fma (correctly rounded on any CPU).
 // Agreement: the INT8 integer sum is exact everywhere and the epilogue is defined to the bit, so a
 // GPU kernel that follows it step by step matches the interpreter bit for bit. FP8 sums in another
 // order, so FP8 agreement is within one E4M3 step of the output.
