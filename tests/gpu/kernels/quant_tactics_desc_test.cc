@@ -106,6 +106,34 @@ TEST(QuantTactics, CutlassTilesTakeInt8LayersOfSixteenChannelMultiples) {
   EXPECT_EQ(cutlass_tiles, 3);
 }
 
+// INT8 on every wgmma tile; FP8 on the two whose second (promotion) accumulator set fits the
+// registers, never on 128x256; input channels in multiples of 16 either way.
+TEST(QuantTactics, WgmmaTilesTakeFp8OnTheTwoSmallerTiles) {
+  std::vector<std::string_view> fp8_tiles;
+  int wgmma_tiles = 0;
+  for (const std::string_view t : q8_mma_tactics()) {
+    if (!t.starts_with("wgmma-q8:")) continue;
+    ++wgmma_tiles;
+    SCOPED_TRACE(std::string(t));
+    EXPECT_TRUE(q8_mma_tactic_supports(t, layer2()).is_ok())
+        << q8_mma_tactic_supports(t, layer2()).to_string();
+    Q8ConvDesc fp8 = layer2();
+    fp8.x_dtype = fp8.y_dtype = DataType::kFp8E4M3;
+    const Status s = q8_mma_tactic_supports(t, fp8);
+    if (s.is_ok()) {
+      fp8_tiles.push_back(t);
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+      EXPECT_NE(s.message().find("INT8 only"), std::string::npos) << s.to_string();
+    }
+    Q8ConvDesc c24 = fp8;
+    c24.c = 24;
+    EXPECT_EQ(q8_mma_tactic_supports(t, c24).code(), StatusCode::kUnsupported);
+  }
+  EXPECT_EQ(wgmma_tiles, 3);
+  EXPECT_EQ(fp8_tiles, (std::vector<std::string_view>{"wgmma-q8:64x128", "wgmma-q8:128x128"}));
+}
+
 TEST(QuantTactics, CudnnTacticsAreEightBitTacticsOfTheirOwnKind) {
   for (const std::string_view t : {"cudnn-q8:4;24=4;eng4_k24=4", "cudnn-q8:71;;eng71"}) {
     EXPECT_TRUE(is_q8_cudnn_tactic(t)) << t;
