@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -1064,20 +1065,42 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   step.tactic = search.chosen;
   ++on_mma;
   cudnn.layers_taken += is_q8_cudnn_tactic(step.tactic);
-  if (!c.options.time_tactics || c.batch <= kQ8SmallBatch || is_q8_cudnn_tactic(search.chosen) ||
-      tactic_in_list(skip, kQ8SmallBatchItem))
+  if (!c.options.time_tactics || c.batch <= kQ8SmallBatch || tactic_in_list(skip, kQ8SmallBatchItem))
     return Status::ok();
   // A second tactic for small batches (conv_step.h, "|upto"): the agreeing tiles and the direct
-  // kernel timed at kQ8SmallBatch images, with the workspace a context gives split-K.
+  // kernel timed at kQ8SmallBatch images, with the workspace a context gives split-K, against the
+  // chosen tactic there. A cuDNN configuration chosen at the timing batch is built at
+  // kQ8SmallBatch images as a context builds it: MobileNetV2's INT8 plan, with 23 of its 35 layers
+  // on cuDNN and no small-batch tactic for them, was 0.71x its FP16 plan at batch 1 on an H100 and
+  // level at 32 (bench/results/2026-12-07-d9cedc6).
   const kernels::Q8ConvDesc small = q8_layer_desc(plan, step, kQ8SmallBatch);
-  GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(kQ8SplitKWorkspaceBytes), "tactic timing workspace"));
+  std::unique_ptr<cuda::CudnnQ8Conv> small_cudnn;
+  if (is_q8_cudnn_tactic(search.chosen)) {
+    auto conv = cuda::CudnnQ8Conv::with_tactic(rig.libs.cudnn(), small, step.bias >= 0,
+                                               plan_floats(plan, step.weight_scale), search.chosen);
+    if (!conv.is_ok() || (*conv)->workspace_bytes() > rig.ws_limit) {
+      log_debug("tactics: {}: {} at batch {}: {}", step.name, search.chosen, kQ8SmallBatch,
+                conv.is_ok() ? std::string("its workspace is over the limit") : conv.status().message());
+      return Status::ok();  // a context would run direct-q8 there; nothing to compare with
+    }
+    small_cudnn = std::move(conv).value();
+  }
+  const int64_t small_ws =
+      std::max(kQ8SplitKWorkspaceBytes, small_cudnn ? small_cudnn->workspace_bytes() : int64_t{0});
+  GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(small_ws), "tactic timing workspace"));
   const auto run_small = [&](std::string_view tactic) {
     if (tactic == kQ8DirectTactic) return run(small, {}, rig.y.buffer.get());
+    if (small_cudnn && tactic == search.chosen)
+      return small_cudnn->launch(
+          rig.libs.cudnn(),
+          cuda::Q8ConvPointers{rig.x.buffer.get(), rig.w.buffer.get(), bias, residual, rig.y2.buffer.get()},
+          rig.ws.buffer.get());
     return kernels::launch_q8_mma_conv(tactic, small, rig.x.buffer.get(), rig.w.buffer.get(), w_scale, bias,
                                        residual, rig.y2.buffer.get(), rig.stream, rig.ws.buffer.get(),
                                        kQ8SplitKWorkspaceBytes);
   };
   std::vector<std::string_view> candidates = agreeing;
+  if (small_cudnn) candidates.insert(candidates.begin(), search.chosen);
   candidates.push_back(kQ8DirectTactic);
   Q8Search at_small;
   std::optional<double> chosen_ms;
