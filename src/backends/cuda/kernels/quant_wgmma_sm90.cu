@@ -53,7 +53,6 @@
 #include "backends/cuda/kernels/quant_mma.cuh"
 #include "backends/cuda/kernels/sm90.cuh"
 #include "cute/arch/mma_sm90_gmma.hpp"
-#include "cute/arch/mma_sm90_gmma_ext.hpp"
 
 namespace gpulab::kernels::q8mma {
 namespace {
