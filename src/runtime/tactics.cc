@@ -779,11 +779,12 @@ struct Q8ShapeMemo {
   int reused = 0;
 };
 
-// The cudnn-q8 configurations of an 8-bit conv step at the timing batch (`timed`; the rig holds its
-// weights, scales, bias, input and residual), up to kMaxQ8CudnnCandidates of them in heuristic order,
-// skipping those `skip` names: each built, run once, and kept only where its whole output agrees
-// with `direct`, the direct kernel's output for the same input (q8_difference, as for the tiles);
-// those timed against `search`. cuDNN does not promise quant.h's rounding, so a refusal is possible
+// The cudnn-q8 configurations of an 8-bit conv step at the timing batch (`timed`; `ptrs` are the
+// rig's buffers holding its weights, bias, input and residual, and the output), up to
+// kMaxQ8CudnnCandidates of them in heuristic order, skipping those `skip` names: each built, run
+// once, and kept only where its whole output agrees with `direct`, the direct kernel's output for
+// the same input (q8_difference, as for the tiles); those timed against `search`. cuDNN does not
+// promise quant.h's rounding, so a refusal is possible
 // (on an H100 every configuration of ResNet-18's INT8 layers was off on about 1 output per million,
 // bench/results/2026-12-07-62b74db, under the rule of separate roundings that quant.h had then;
 // cuDNN computes the fused multiply-adds quant.h now names): it is logged as info and counted in
@@ -796,8 +797,8 @@ struct Q8ShapeMemo {
 // 4 of ResNet-18's layers, 1-3 bytes in 51-103 million, and had been taken on two others; engines 4
 // and 7 followed the rule on every layer and kernel-test case.)
 Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const kernels::Q8ConvDesc& timed,
-                       std::string_view skip, const std::vector<std::byte>& direct, Q8Search& search,
-                       CudnnQ8Tally& tally) {
+                       const cuda::Q8ConvPointers& ptrs, std::string_view skip,
+                       const std::vector<std::byte>& direct, Q8Search& search, CudnnQ8Tally& tally) {
   TimingRig& rig = c.rig;
   const bool fp8 = timed.x_dtype == DataType::kFp8E4M3;
   const auto started = std::chrono::steady_clock::now();
@@ -808,9 +809,6 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
     log_debug("tactics: {}: {}: {}", step.name, kQ8CudnnTactic, conv.status().message());
     return Status::ok();
   }
-  const cuda::Q8ConvPointers ptrs{rig.x.buffer.get(), rig.w.buffer.get(),
-                                  step.bias >= 0 ? static_cast<const float*>(rig.b.buffer.get()) : nullptr,
-                                  timed.has_residual ? rig.r.buffer.get() : nullptr, rig.y2.buffer.get()};
   ++tally.layers_tried;
   std::vector<std::byte> got(direct.size());
   std::vector<std::string>& refused_engines = tally.refused_engines;
@@ -912,6 +910,9 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   GPULAB_TRY(rig.y.ensure(y_bytes, "8-bit output"));
   GPULAB_TRY(rig.y2.ensure(y_bytes, "8-bit output"));
   const void* residual = timed.has_residual ? rig.r.buffer.get() : nullptr;
+  // Where a cuDNN configuration reads and writes, at any batch: the rig's buffers, output in y2.
+  const cuda::Q8ConvPointers cudnn_ptrs{rig.x.buffer.get(), rig.w.buffer.get(), bias, residual,
+                                        rig.y2.buffer.get()};
   // `tactic` empty: the direct kernel.
   const auto run = [&](const kernels::Q8ConvDesc& d, std::string_view tactic, void* y) {
     return tactic.empty() ? kernels::launch_q8_conv(d, rig.x.buffer.get(), rig.w.buffer.get(), w_scale, bias,
@@ -961,9 +962,7 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
                                "tactic timing workspace"));
       GPULAB_ASSIGN_OR_RETURN(const std::vector<std::byte> want, direct_timed_output());
       std::vector<std::byte> got(y_bytes);
-      const cuda::Q8ConvPointers ptrs{rig.x.buffer.get(), rig.w.buffer.get(), bias, residual,
-                                      rig.y2.buffer.get()};
-      return cudnn_q8_differs(rig, **conv, ptrs, want, got, fp8, timed.y_dtype);
+      return cudnn_q8_differs(rig, **conv, cudnn_ptrs, want, got, fp8, timed.y_dtype);
     }
     Status ran = run(check, tactic, rig.y2.buffer.get());
     if (ran.is_ok()) ran = fetch_output(rig, rig.y2.buffer.get(), mma);
@@ -1047,7 +1046,7 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
     }
     if (try_cudnn) {
       GPULAB_ASSIGN_OR_RETURN(const std::vector<std::byte> direct_timed, direct_timed_output());
-      GPULAB_TRY(search_cudnn_q8(c, step, timed, skip, direct_timed, search, cudnn));
+      GPULAB_TRY(search_cudnn_q8(c, step, timed, cudnn_ptrs, skip, direct_timed, search, cudnn));
     }
     // The direct kernel is given up on as soon as one launch is slower than the best tile's median.
     GPULAB_ASSIGN_OR_RETURN(const auto direct_ms,
@@ -1091,10 +1090,7 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   const auto run_small = [&](std::string_view tactic) {
     if (tactic == kQ8DirectTactic) return run(small, {}, rig.y.buffer.get());
     if (small_cudnn && tactic == search.chosen)
-      return small_cudnn->launch(
-          rig.libs.cudnn(),
-          cuda::Q8ConvPointers{rig.x.buffer.get(), rig.w.buffer.get(), bias, residual, rig.y2.buffer.get()},
-          rig.ws.buffer.get());
+      return small_cudnn->launch(rig.libs.cudnn(), cudnn_ptrs, rig.ws.buffer.get());
     return kernels::launch_q8_mma_conv(tactic, small, rig.x.buffer.get(), rig.w.buffer.get(), w_scale, bias,
                                        residual, rig.y2.buffer.get(), rig.stream, rig.ws.buffer.get(),
                                        kQ8SplitKWorkspaceBytes);
