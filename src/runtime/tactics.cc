@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/cudnn_q8_conv.h"
 #include "backends/cuda/cutlass_conv.h"
 #include "backends/cuda/depthwise_conv.h"
@@ -830,8 +831,10 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
     }
     const auto build_start = std::chrono::steady_clock::now();
     const Status built = (*conv)->select(i);
-    rig.candidate_build_s += seconds_since(build_start);
+    const double build_s = seconds_since(build_start);
+    rig.candidate_build_s += build_s;
     ++rig.candidates_built;
+    log_debug("tactics: {}: {} built in {:.3f} s", step.name, tactic, build_s);
     if (!built.is_ok()) {
       log_debug("tactics: {}: {} rejected when built: {}", step.name, tactic, built.message());
       continue;
@@ -954,8 +957,11 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
       // An engine refused since (search_cudnn_q8) is not trusted on this layer either.
       if (std::ranges::find(cudnn.refused_engines, cudnn_q8_engine_of(tactic)) != cudnn.refused_engines.end())
         return std::string("its engine was refused on a later layer");
+      const auto build_start = std::chrono::steady_clock::now();
       auto conv = cuda::CudnnQ8Conv::with_tactic(rig.libs.cudnn(), timed, step.bias >= 0,
                                                  plan_floats(plan, step.weight_scale), tactic);
+      rig.candidate_build_s += seconds_since(build_start);
+      ++rig.candidates_built;
       if (!conv.is_ok()) return std::string(conv.status().message());
       if ((*conv)->workspace_bytes() > rig.ws_limit) return std::string("its workspace is over the limit");
       GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>((*conv)->workspace_bytes(), 1)),
@@ -1075,8 +1081,11 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   const kernels::Q8ConvDesc small = q8_layer_desc(plan, step, kQ8SmallBatch);
   std::unique_ptr<cuda::CudnnQ8Conv> small_cudnn;
   if (is_q8_cudnn_tactic(search.chosen)) {
+    const auto build_start = std::chrono::steady_clock::now();
     auto conv = cuda::CudnnQ8Conv::with_tactic(rig.libs.cudnn(), small, step.bias >= 0,
                                                plan_floats(plan, step.weight_scale), search.chosen);
+    rig.candidate_build_s += seconds_since(build_start);
+    ++rig.candidates_built;
     if (!conv.is_ok() || (*conv)->workspace_bytes() > rig.ws_limit) {
       log_debug("tactics: {}: {} at batch {}: {}", step.name, search.chosen, kQ8SmallBatch,
                 conv.is_ok() ? std::string("its workspace is over the limit") : conv.status().message());
@@ -1149,10 +1158,13 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
                   fmt::join(names, ", "));
     log_info("tactics: 8-bit tactics named in GPULAB_SKIP_Q8_TACTICS ('{}') are not tried", skip);
   }
+  const auto search_start = std::chrono::steady_clock::now();
   for (auto& step : plan.steps) {
     if (is_q8_layer(step)) {
       ++q8_layers;
+      const auto layer_start = std::chrono::steady_clock::now();
       GPULAB_TRY(choose_q8_tactic(context, step, skip, q8_mma, cudnn_q8, q8_memo));
+      log_debug("tactics: {}: {} chosen in {:.2f} s", step.name, step.tactic, seconds_since(layer_start));
     } else if (step.kind == StepKind::kGemm || step.kind == StepKind::kLinear ||
                step.kind == StepKind::kMatMul) {
       step.tactic = "cublaslt";
@@ -1174,11 +1186,19 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   report.timing_s = rig.timing_s;
   report.candidates_built = rig.candidates_built;
   report.timing_runs = rig.timing_runs;
-  if (report.timed_layers > 0)
+  // Where the search's time went: cuDNN's plans, timing, and the rest (8-bit layers: the reference
+  // outputs of the direct kernel, copies to the host and comparisons, random inputs).
+  if (report.timed_layers > 0 || (q8_layers > 0 && options.time_tactics)) {
+    const double search_s = seconds_since(search_start);
     log_info(
-        "tactics: {:.1f} s building {} cuDNN candidate plans (and their lists), {:.1f} s timing {} "
-        "candidates",
-        report.candidate_build_s, report.candidates_built, report.timing_s, report.timing_runs);
+        "tactics: {:.1f} s in all: {:.1f} s building {} cuDNN candidate plans (and their lists), {:.1f} s "
+        "timing {} candidates, {:.1f} s on the rest",
+        search_s, report.candidate_build_s, report.candidates_built, report.timing_s, report.timing_runs,
+        std::max(0.0, search_s - report.candidate_build_s - report.timing_s));
+  }
+  if (cuda::cudnn_kernel_cache_enabled())
+    log_info("tactics: GPULAB_CUDNN_KERNEL_CACHE=1: cuDNN graphs of {} topologies shared compiled kernels",
+             cuda::shared_kernel_cache_count());
   log_cudnn_q8_tally(cudnn_q8);
   if (q8_memo.reused > 0)
     log_info(
