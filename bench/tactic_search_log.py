@@ -2,7 +2,8 @@
 """How many timed candidates a tactic search needs, from the `-v` log of a gpulab build or sweep.
 
 Each layer's search logs "tactics: <layer> (fused): N cuDNN candidates" (and "(unfused)"), then one
-"debug: tactics: <layer> candidate <i> <tactic> <ms> ms" per candidate timed, in the order timed.
+"debug: tactics: <layer> candidate <i> <tactic> <ms> ms" per candidate timed, in the order timed
+(followed, since 2026-12-07, by "(built in <s> s)", which this does not read).
 For caps on the number of candidates timed per search, this prints how many timed candidates the
 cap would have skipped, their share of all the timed kernel time (a proxy for timing cost: every
 candidate runs several times), and the cost in run time: the summed best times with the cap over

@@ -325,7 +325,8 @@ Status time_cudnn(TimingRig& rig, CudnnSearch& search, size_t f, const cuda::Con
     const int64_t i = search.next[f];
     const auto build_start = std::chrono::steady_clock::now();
     const Status built = conv->select(i);
-    rig.candidate_build_s += seconds_since(build_start);
+    const double build_s = seconds_since(build_start);
+    rig.candidate_build_s += build_s;
     ++rig.candidates_built;
     if (!built.is_ok()) {
       ++search.rejected;
@@ -352,7 +353,8 @@ Status time_cudnn(TimingRig& rig, CudnnSearch& search, size_t f, const cuda::Con
       continue;
     }
     ++search.timed[f];
-    log_debug("tactics: {} candidate {} {} {:.4f} ms", search.label, i, conv->tactic(i), *ms);
+    log_debug("tactics: {} candidate {} {} {:.4f} ms (built in {:.3f} s)", search.label, i, conv->tactic(i),
+              *ms, build_s);
     if (*ms < search.best_ms) {
       search.best_ms = *ms;
       search.best = conv->tactic(i);
