@@ -38,20 +38,7 @@ std::string conv_signature(const ConvProblem& p) {
       precision_name(p.precision), p.fused ? "" : "|unfused");
 }
 
-struct CudnnConv::Impl {
-  ConvProblem problem;
-  CudnnPlans plans;
-  int64_t x_uid = 1, w_uid = 2, b_uid = 3, r_uid = 4, y_uid = 5;
-};
-
-CudnnConv::CudnnConv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CudnnConv::~CudnnConv() = default;
-
-namespace {
-
-// What a kernel compiled for `p`'s graph can serve (share_compiled_kernels): conv_signature without
-// the sizes; a depthwise graph (groups = channels) is one topology whatever its channel count.
-std::string topology(const ConvProblem& p) {
+std::string conv_topology(const ConvProblem& p) {
   const auto& a = p.attrs;
   const std::string groups = a.groups == 1 ? "1" : a.groups == p.c ? "dw" : std::to_string(a.groups);
   return fmt::format(
@@ -63,6 +50,17 @@ std::string topology(const ConvProblem& p) {
       precision_name(p.precision), p.fused ? "" : "|unfused");
 }
 
+struct CudnnConv::Impl {
+  ConvProblem problem;
+  CudnnPlans plans;
+  int64_t x_uid = 1, w_uid = 2, b_uid = 3, r_uid = 4, y_uid = 5;
+};
+
+CudnnConv::CudnnConv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudnnConv::~CudnnConv() = default;
+
+namespace {
+
 // Builds the operation graph of `p` (validated, lowered to a backend operation graph).
 Result<std::shared_ptr<fe::graph::Graph>> make_graph(cudnnHandle_t handle, const ConvProblem& p) {
   if (p.x_dtype && *p.x_dtype != p.dtype)
@@ -72,7 +70,7 @@ Result<std::shared_ptr<fe::graph::Graph>> make_graph(cudnnHandle_t handle, const
   g->set_io_data_type(fe_type(p.dtype))
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  share_compiled_kernels(*g, topology(p));
+  share_compiled_kernels(*g, conv_topology(p));
   const auto& a = p.attrs;
   const int64_t cg = p.c / a.groups;
   auto X = g->tensor(fe::graph::Tensor_attributes()

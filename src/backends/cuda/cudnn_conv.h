@@ -47,6 +47,10 @@ struct ConvProblem {
 
 // Identifies a problem for the timing cache: every field that changes which engine wins.
 std::string conv_signature(const ConvProblem& problem);
+// The problem's cuDNN graph topology, for GPULAB_CUDNN_KERNEL_CACHE (below): conv_signature without
+// the sizes (batch, channels, height, width, output channels); a depthwise graph (groups =
+// channels) is one topology whatever its channel count.
+std::string conv_topology(const ConvProblem& problem);
 
 // GPULAB_CUDNN_KERNEL_CACHE=1 (read once): every cuDNN convolution graph (CudnnConv, CudnnQ8Conv) is
 // a dynamic-shape graph sharing one cuDNN kernel cache with the other graphs of its topology in this

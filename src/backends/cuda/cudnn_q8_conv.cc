@@ -25,15 +25,6 @@ std::string describe(const kernels::Q8ConvDesc& d) {
                      d.k, d.r, d.s, d.stride.h, d.stride.w, d.has_residual ? " + residual" : "");
 }
 
-// What a kernel compiled for `d`'s graph can serve (share_compiled_kernels): everything but the
-// sizes.
-std::string topology(const kernels::Q8ConvDesc& d, bool has_bias) {
-  return fmt::format("q8|{}|r{}s{}|st{}x{}|pad{},{},{},{}|dil{}x{}|act{}|clip{},{}|res{}|bias{}",
-                     dtype_name(d.x_dtype), d.r, d.s, d.stride.h, d.stride.w, d.pads.top, d.pads.left,
-                     d.pads.bottom, d.pads.right, d.dilation.h, d.dilation.w, static_cast<int>(d.activation),
-                     d.clip_min, d.clip_max, d.has_residual ? 1 : 0, has_bias ? 1 : 0);
-}
-
 std::vector<int64_t> nhwc_strides(int64_t c, int64_t h, int64_t w) {
   return {c * h * w, 1, c * w, c};
 }
@@ -46,7 +37,7 @@ Result<std::shared_ptr<fe::graph::Graph>> make_graph(cudnnHandle_t handle, const
   const auto sums = fp8 ? fe::DataType_t::FLOAT : fe::DataType_t::INT32;
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(sums);
-  share_compiled_kernels(*g, topology(d, has_bias));
+  share_compiled_kernels(*g, cudnn_q8_topology(d, has_bias));
   const auto tensor = [&g](const char* name, int64_t uid, fe::DataType_t type, std::vector<int64_t> dim,
                            std::vector<int64_t> stride) {
     return g->tensor(fe::graph::Tensor_attributes()
@@ -99,6 +90,13 @@ Result<std::shared_ptr<fe::graph::Graph>> make_graph(cudnnHandle_t handle, const
 }
 
 }  // namespace
+
+std::string cudnn_q8_topology(const kernels::Q8ConvDesc& d, bool has_bias) {
+  return fmt::format("q8|{}|r{}s{}|st{}x{}|pad{},{},{},{}|dil{}x{}|act{}|clip{},{}|res{}|bias{}",
+                     dtype_name(d.x_dtype), d.r, d.s, d.stride.h, d.stride.w, d.pads.top, d.pads.left,
+                     d.pads.bottom, d.pads.right, d.dilation.h, d.dilation.w, static_cast<int>(d.activation),
+                     d.clip_min, d.clip_max, d.has_residual ? 1 : 0, has_bias ? 1 : 0);
+}
 
 Status cudnn_q8_conv_supports(const kernels::Q8ConvDesc& d) {
   if (!is_quantized_dtype(d.x_dtype) || d.y_dtype != d.x_dtype)
