@@ -218,6 +218,13 @@ class Interpreter {
     pool.kind = StepKind::kMaxPool;
     pool.inputs = {s.fused_values[1]};
     pool_step(pool);
+    // An 8-bit output (fuse_stem_pool took the cast that quantized the pool's float16 value): the
+    // maxima of float16 values are float16 values, quantized as that cast did.
+    const PlanValue& y = plan_.values[s.output];
+    if (is_quantized_dtype(y.dtype)) {
+      const PlanValue pooled{.dtype = DataType::kFloat16};
+      for (float& v : v_[s.output]) v = cast(v, pooled, y);
+    }
     return Status::ok();
   }
 

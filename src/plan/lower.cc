@@ -908,18 +908,21 @@ bool fuse_stem_pool(Plan& plan, const std::function<bool(const PlanStep& stem)>&
   stem.fused_values = {in.output, conv.output};
   stem.flops_per_image = conv.flops_per_image + pool.flops_per_image;
   stem.tactic.clear();
-  // The pool's float16 output cast to bfloat16 by the next step, its only reader.
+  // The pool's float16 output cast by the next step, its only reader, to bfloat16 (a BF16 plan) or
+  // quantized to 8 bits (an INT8 or FP8 plan, for its first 8-bit layer and that block's residual):
+  // the fused step writes the cast's value itself.
   const PlanStep& cast = plan.steps[3];
+  const DataType cast_to = plan.values[cast.output].dtype;
   const bool with_cast = cast.kind == StepKind::kCast && cast.inputs == std::vector<int>{pool.output} &&
                          plan.values[pool.output].dtype == DataType::kFloat16 &&
-                         plan.values[cast.output].dtype == DataType::kBFloat16 &&
+                         (cast_to == DataType::kBFloat16 || is_quantized_dtype(cast_to)) &&
                          !read_from(4, {pool.output});
   if (with_cast) {
-    PlanStep to_bf16 = stem;
-    to_bf16.output = cast.output;
-    if (supported(to_bf16)) {
+    PlanStep cast_out = stem;
+    cast_out.output = cast.output;
+    if (supported(cast_out)) {
       plan.steps.erase(plan.steps.begin(), plan.steps.begin() + 4);
-      plan.steps.insert(plan.steps.begin(), std::move(to_bf16));
+      plan.steps.insert(plan.steps.begin(), std::move(cast_out));
       return true;
     }
   }

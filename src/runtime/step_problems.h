@@ -78,6 +78,7 @@ inline kernels::FusedStemDesc fused_stem_desc(const Plan& plan, const PlanStep& 
   d.activation = step.conv.activation;
   d.dtype = conv.dtype;
   d.out_dtype = y.dtype;
+  if (is_quantized_dtype(y.dtype)) d.out_scale = y.scale;
   d.bias_float32 = step.bias >= 0 && plan.weights[step.bias].dtype == DataType::kFloat32;
   return d;
 }

@@ -5,9 +5,15 @@
 // ONNX [k, c, r, s] weights. Shapes: ResNet's 224x224 stem, odd sizes that leave partial tiles,
 // one- and two-channel images, rows that take the 16-byte loads and rows that do not, asymmetric
 // pads, no bias, ceil-mode pooling. Every case runs the mma.sync kernel and, on sm_90, the wgmma
-// one, each also writing bfloat16 (a BF16 plan's stem), which must be the float16 result rounded.
+// one, each also writing bfloat16 (a BF16 plan's stem), which must be the float16 result rounded,
+// and int8 and fp8e4m3 (an INT8 or FP8 plan's stem), which must be the float16 result quantized as
+// quant.h's cast does, byte for byte, at a scale that saturates the largest values.
+#include <algorithm>
+#include <cstdint>
+
 #include "backends/cuda/kernels/kernel_desc.h"
 #include "backends/cuda/kernels/kernels.h"
+#include "core/quant.h"
 
 #include "kernel_test_util.h"
 #include "reference_util.h"
@@ -123,6 +129,37 @@ void check_stem(const Case& t) {
     testing::expect_exact(decode(dy_bf16.download(), DataType::kBFloat16),
                           round_to(got, DataType::kBFloat16));
     EXPECT_TRUE(dy_bf16.tail_untouched()) << "wrote past the end of the bfloat16 y";
+    // 8-bit out: the float16 result quantized at a scale that puts its largest values 1.5x past the
+    // largest code (they saturate), as the cast that this replaces would.
+    float amax = 0.0f;
+    for (const float v : got) amax = std::max(amax, v);
+    for (const DataType q8 : {DataType::kInt8, DataType::kFp8E4M3}) {
+      SCOPED_TRACE(dtype_name(q8));
+      FusedStemDesc to_q8 = d;
+      to_q8.out_dtype = q8;
+      to_q8.out_scale = amax / (1.5f * (q8 == DataType::kInt8 ? kInt8QuantMax : kFp8E4M3Max));
+      ASSERT_GT(to_q8.out_scale, 0.0f);
+      const float inv = 1.0f / to_q8.out_scale;
+      std::vector<uint8_t> want(got.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        want[i] = q8 == DataType::kInt8 ? static_cast<uint8_t>(quantize_int8(got[i], inv))
+                                        : float_to_e4m3(got[i] * inv);
+      DeviceBuffer dy_q8(got.size());
+      ASSERT_TRUE(launch_fused_stem(to_q8, dx.get(), dw.get(), t.bias ? db.get() : nullptr, dy_q8.get(),
+                                    nullptr, kernel)
+                      .is_ok());
+      expect_synced();
+      const std::vector<std::byte> bytes = dy_q8.download();
+      ASSERT_EQ(bytes.size(), want.size());
+      size_t differ = 0, first = want.size();
+      for (size_t i = 0; i < want.size(); ++i)
+        if (static_cast<uint8_t>(bytes[i]) != want[i]) {
+          ++differ;
+          first = std::min(first, i);
+        }
+      EXPECT_EQ(differ, 0u) << "of " << want.size() << " bytes; the first at " << first;
+      EXPECT_TRUE(dy_q8.tail_untouched()) << "wrote past the end of the 8-bit y";
+    }
   }
 }
 

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace gpulab::kernels {
 namespace {
 
@@ -202,6 +204,18 @@ TEST(FusedStemDesc, AcceptsResNetsStem) {
   FusedStemDesc bf16_out = resnet_stem();
   bf16_out.out_dtype = DataType::kBFloat16;
   EXPECT_TRUE(validate(bf16_out).is_ok()) << validate(bf16_out).to_string();
+  // 8-bit out (an INT8 or FP8 plan's stem with its cast): a positive, finite scale.
+  for (const DataType q8 : {DataType::kInt8, DataType::kFp8E4M3}) {
+    FusedStemDesc q8_out = resnet_stem();
+    q8_out.out_dtype = q8;
+    q8_out.out_scale = 0.02f;
+    EXPECT_TRUE(validate(q8_out).is_ok()) << validate(q8_out).to_string();
+    for (const float bad :
+         {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+      q8_out.out_scale = bad;
+      expect_invalid(validate(q8_out), "positive and finite");
+    }
+  }
   FusedStemDesc gray = resnet_stem();
   gray.c = 1;
   gray.bias_float32 = true;
@@ -281,7 +295,7 @@ TEST(FusedStemDesc, RejectsWhatTheKernelDoesNotCompute) {
   expect_invalid(validate(d), "float16 only");
   d = resnet_stem();
   d.out_dtype = DataType::kFloat32;
-  expect_invalid(validate(d), "float16 or bfloat16");
+  expect_invalid(validate(d), "float16, bfloat16, int8 or fp8e4m3");
   d = resnet_stem();
   d.n = (int64_t{1} << 30) / (56 * 56) + 1;  // 342,393 images: just over 2^30 pooled pixels
   expect_invalid(validate(d), "fewer than 2^30");

@@ -214,9 +214,14 @@ Status validate(const FusedStemDesc& d) {
   if (d.dtype != DataType::kFloat16)
     return Status::invalid_argument(
         fmt::format("{}: dtype {}; the fused stem runs float16 only.", kWhere, dtype_name(d.dtype)));
-  if (d.out_dtype != DataType::kFloat16 && d.out_dtype != DataType::kBFloat16)
+  const bool q8_out = d.out_dtype == DataType::kInt8 || d.out_dtype == DataType::kFp8E4M3;
+  if (d.out_dtype != DataType::kFloat16 && d.out_dtype != DataType::kBFloat16 && !q8_out)
+    return Status::invalid_argument(
+        fmt::format("{}: output dtype {}; the fused stem writes float16, bfloat16, int8 or fp8e4m3.", kWhere,
+                    dtype_name(d.out_dtype)));
+  if (q8_out && !(std::isfinite(d.out_scale) && d.out_scale > 0.0f))
     return Status::invalid_argument(fmt::format(
-        "{}: output dtype {}; the fused stem writes float16 or bfloat16.", kWhere, dtype_name(d.out_dtype)));
+        "{}: output scale {} of an 8-bit output; it must be positive and finite.", kWhere, d.out_scale));
   // 32-bit element offsets inside one image; the batch index is 64-bit.
   if (d.c * d.h * d.w >= (int64_t{1} << 31) || d.out_h * d.out_w * kStemOutChannels >= (int64_t{1} << 31))
     return Status::invalid_argument(fmt::format("{}: an image of 2^31 elements or more.", kWhere));

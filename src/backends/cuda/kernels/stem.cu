@@ -90,7 +90,8 @@ struct StemParams : StemImage {
                                         // tile + gridDim.x stays below 2^31
 };
 
-// TOut: __half, or __nv_bfloat16 rounded from the float16 result (FusedStemDesc::out_dtype).
+// TOut: __half, or __nv_bfloat16 rounded from the float16 result, or Q8Out quantized from it
+// (FusedStemDesc::out_dtype; stem_out).
 template <typename TOut>
 __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -351,11 +352,11 @@ __global__ void __launch_bounds__(kStemThreads, 2) fused_stem_kernel(StemParams 
         *reinterpret_cast<uint4*>(dst) = best;
       } else {
         const __half* h = reinterpret_cast<const __half*>(&best);
-        uint4 out;
+        StemOut8<TOut> out;
         TOut* o = reinterpret_cast<TOut*>(&out);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) o[e] = from_float<TOut>(__half2float(h[e]));
-        *reinterpret_cast<uint4*>(dst) = out;
+        for (int e = 0; e < 8; ++e) o[e] = stem_out<TOut>(__half2float(h[e]), p.inv_out_scale);
+        *reinterpret_cast<StemOut8<TOut>*>(dst) = out;
       }
     }
   }
@@ -406,9 +407,10 @@ Result<int> persistent_blocks(bool wgmma) {
       return no_wgmma;
     }
   } else {
-    // Both output types: the fewer blocks of the two (the same kernel but for the store).
+    // Every output type: the fewest blocks of them (the same kernel but for the store).
     per_sm = INT_MAX;
-    for (auto kernel : {fused_stem_kernel<__half>, fused_stem_kernel<__nv_bfloat16>}) {
+    for (auto kernel : {fused_stem_kernel<__half>, fused_stem_kernel<__nv_bfloat16>,
+                        fused_stem_kernel<Q8Out<false>>, fused_stem_kernel<Q8Out<true>>}) {
       int blocks = 0;
       GPULAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kSmemBytes)));
@@ -447,10 +449,10 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
   StemImage image{};
   image.x = static_cast<const float*>(x);
   image.weight = static_cast<const __half*>(weight);
-  const bool bf16 = d.out_dtype == DataType::kBFloat16;
   image.bias = bias;
   image.bias_f32 = d.bias_float32;
   image.y = y;
+  image.inv_out_scale = 1.0f / d.out_scale;  // as the cast kernel's launcher computes it
   image.c = static_cast<int>(d.c);
   image.h = static_cast<int>(d.h);
   image.w = static_cast<int>(d.w);
@@ -468,7 +470,7 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
     p.chunk_rows = static_cast<int>(plan.chunk_rows);
     p.chunks = static_cast<int>(plan.chunks);
     p.items = static_cast<int>(plan.items);  // <= pooled pixels < 2^30 (validate)
-    launch_rows(p, std::min((p.items + kRowsConsumers - 1) / kRowsConsumers, blocks), bf16, stream);
+    launch_rows(p, std::min((p.items + kRowsConsumers - 1) / kRowsConsumers, blocks), d.out_dtype, stream);
     return check_launch("launch_fused_stem", "fused_stem_rows_kernel");
   }
   StemParams p{image};
@@ -477,10 +479,10 @@ Status launch_fused_stem(const FusedStemDesc& d, const void* x, const void* weig
   p.tiles_x = static_cast<int>(tiles_x);
   p.tiles_per_image = static_cast<int>(tiles_per_image);
   p.tiles = static_cast<int>(d.n * tiles_per_image);  // < 2^30: validate bounds the pooled pixels
-  if (bf16)
-    fused_stem_kernel<__nv_bfloat16><<<std::min(p.tiles, blocks), kStemThreads, kSmemBytes, stream>>>(p);
-  else
-    fused_stem_kernel<__half><<<std::min(p.tiles, blocks), kStemThreads, kSmemBytes, stream>>>(p);
+  const int grid = std::min(p.tiles, blocks);
+  with_out_type(d.out_dtype, [&](auto out) {
+    fused_stem_kernel<decltype(out)><<<grid, kStemThreads, kSmemBytes, stream>>>(p);
+  });
   return check_launch("launch_fused_stem", "fused_stem_kernel");
 }
 

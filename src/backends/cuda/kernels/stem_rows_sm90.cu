@@ -191,7 +191,8 @@ __device__ __forceinline__ void convert_row(const float* raw, unsigned char* row
   }
 }
 
-// TOut: __half, or __nv_bfloat16 rounded from the float16 result (FusedStemDesc::out_dtype).
+// TOut: __half, or __nv_bfloat16 rounded from the float16 result, or Q8Out quantized from it
+// (FusedStemDesc::out_dtype; stem_out).
 template <typename TOut>
 __global__ void __launch_bounds__(128 * (1 + kRowsConsumers), 1) fused_stem_rows_kernel(RowsParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -395,15 +396,16 @@ __global__ void __launch_bounds__(128 * (1 + kRowsConsumers), 1) fused_stem_rows
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const __half v = __float2half_rn(fmaxf(out[j][hh] + bias[hh], 0.0f));
-            st[(4 * j + t4) * kStagePitch + 16 * ww + g + 8 * hh] = from_float<TOut>(__half2float(v));
+            st[(4 * j + t4) * kStagePitch + 16 * ww + g + 8 * hh] =
+                stem_out<TOut>(__half2float(v), p.inv_out_scale);
           }
         bar_sync(1 + c, 128);
         TOut* yrow = static_cast<TOut*>(p.y) +
                      ((static_cast<int64_t>(it.img) * p.out_h + oy) * p.out_w + it.ox0) * kStemOutChannels;
         const int cols = min(kRowsStripPooled, p.out_w - it.ox0);
         for (int e = wtid; e < cols * 8; e += 128)
-          *reinterpret_cast<uint4*>(yrow + (e >> 3) * kStemOutChannels + (e & 7) * 8) =
-              *reinterpret_cast<const uint4*>(st + (e >> 3) * kStagePitch + (e & 7) * 8);
+          *reinterpret_cast<StemOut8<TOut>*>(yrow + (e >> 3) * kStemOutChannels + (e & 7) * 8) =
+              *reinterpret_cast<const StemOut8<TOut>*>(st + (e >> 3) * kStagePitch + (e & 7) * 8);
         ++emitted;
       }
     }
@@ -419,10 +421,11 @@ __global__ void __launch_bounds__(128 * (1 + kRowsConsumers), 1) fused_stem_rows
 }  // namespace
 
 cudaError_t rows_blocks_per_sm(int* blocks) {
-  // Both output types: the fewer blocks of the two (they are the same kernel but for the store).
-  int per_type[2] = {0, 0};
+  // Every output type: the fewest blocks of them (they are the same kernel but for the store).
+  int per_type[4] = {0, 0, 0, 0};
   int i = 0;
-  for (auto kernel : {fused_stem_rows_kernel<__half>, fused_stem_rows_kernel<__nv_bfloat16>}) {
+  for (auto kernel : {fused_stem_rows_kernel<__half>, fused_stem_rows_kernel<__nv_bfloat16>,
+                      fused_stem_rows_kernel<Q8Out<false>>, fused_stem_rows_kernel<Q8Out<true>>}) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kRowsSmemBytes));
         e != cudaSuccess)
@@ -432,15 +435,15 @@ cudaError_t rows_blocks_per_sm(int* blocks) {
         e != cudaSuccess)
       return e;
   }
-  *blocks = std::min(per_type[0], per_type[1]);
+  *blocks = *std::min_element(per_type, per_type + 4);
   return cudaSuccess;
 }
 
-void launch_rows(const RowsParams& p, int grid, bool bf16, cudaStream_t stream) {
-  if (bf16)
-    fused_stem_rows_kernel<__nv_bfloat16><<<grid, 128 * (1 + kRowsConsumers), kRowsSmemBytes, stream>>>(p);
-  else
-    fused_stem_rows_kernel<__half><<<grid, 128 * (1 + kRowsConsumers), kRowsSmemBytes, stream>>>(p);
+void launch_rows(const RowsParams& p, int grid, DataType out, cudaStream_t stream) {
+  with_out_type(out, [&](auto element) {
+    fused_stem_rows_kernel<decltype(element)>
+        <<<grid, 128 * (1 + kRowsConsumers), kRowsSmemBytes, stream>>>(p);
+  });
 }
 
 }  // namespace gpulab::kernels::stem
