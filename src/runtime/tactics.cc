@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/cudnn_q8_conv.h"
 #include "backends/cuda/cutlass_conv.h"
 #include "backends/cuda/depthwise_conv.h"
@@ -1198,9 +1197,6 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         search_s, report.candidate_build_s, report.candidates_built, report.timing_s, report.timing_runs,
         std::max(0.0, search_s - report.candidate_build_s - report.timing_s));
   }
-  if (cuda::cudnn_kernel_cache_enabled())
-    log_info("tactics: GPULAB_CUDNN_KERNEL_CACHE=1: cuDNN graphs of {} topologies shared compiled kernels",
-             cuda::shared_kernel_cache_count());
   log_cudnn_q8_tally(cudnn_q8);
   if (q8_memo.reused > 0)
     log_info(

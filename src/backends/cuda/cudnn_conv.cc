@@ -38,18 +38,6 @@ std::string conv_signature(const ConvProblem& p) {
       precision_name(p.precision), p.fused ? "" : "|unfused");
 }
 
-std::string conv_topology(const ConvProblem& p) {
-  const auto& a = p.attrs;
-  const std::string groups = a.groups == 1 ? "1" : a.groups == p.c ? "dw" : std::to_string(a.groups);
-  return fmt::format(
-      "conv|r{}s{}|st{}x{}|pad{},{},{},{}|dil{}x{}|g{}|act{}|clip{},{}|res{}|bias{}{}|{}{}|{}{}", a.kernel.h,
-      a.kernel.w, a.stride.h, a.stride.w, a.pads.top, a.pads.left, a.pads.bottom, a.pads.right, a.dilation.h,
-      a.dilation.w, groups, static_cast<int>(a.activation), a.clip_min, a.clip_max, a.has_residual ? 1 : 0,
-      p.has_bias ? 1 : 0, p.bias_float32 ? "f32" : "", dtype_name(p.dtype),
-      p.x_dtype && *p.x_dtype != p.dtype ? fmt::format("|x{}", dtype_name(*p.x_dtype)) : "",
-      precision_name(p.precision), p.fused ? "" : "|unfused");
-}
-
 struct CudnnConv::Impl {
   ConvProblem problem;
   CudnnPlans plans;
@@ -70,7 +58,6 @@ Result<std::shared_ptr<fe::graph::Graph>> make_graph(cudnnHandle_t handle, const
   g->set_io_data_type(fe_type(p.dtype))
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  share_compiled_kernels(*g, conv_topology(p));
   const auto& a = p.attrs;
   const int64_t cg = p.c / a.groups;
   auto X = g->tensor(fe::graph::Tensor_attributes()

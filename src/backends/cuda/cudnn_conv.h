@@ -47,23 +47,6 @@ struct ConvProblem {
 
 // Identifies a problem for the timing cache: every field that changes which engine wins.
 std::string conv_signature(const ConvProblem& problem);
-// The problem's cuDNN graph topology, for GPULAB_CUDNN_KERNEL_CACHE (below): conv_signature without
-// the sizes (batch, channels, height, width, output channels); a depthwise graph (groups =
-// channels) is one topology whatever its channel count.
-std::string conv_topology(const ConvProblem& problem);
-
-// GPULAB_CUDNN_KERNEL_CACHE=1 (read once): every cuDNN convolution graph (CudnnConv, CudnnQ8Conv) is
-// a dynamic-shape graph sharing one cuDNN kernel cache with the other graphs of its topology in this
-// process (the same operations, data types and convolution attributes; other sizes), so that a
-// runtime-compiled engine configuration is compiled once per topology rather than once per layer
-// and batch size. cuDNN's INT8 convolution graphs took about 0.8 s a configuration to build in the
-// kernel test (bench/results/2026-12-07-2a1a736), and ResNet-18's INT8 build at max batch 1024
-// builds about a hundred of them. Off by default: whether dynamic-shape graphs offer the same
-// engines at the same speed has not been measured on a GPU.
-bool cudnn_kernel_cache_enabled();
-// Topologies with a shared kernel cache in this process (0 when off). cuDNN 9.19 cannot say how many
-// kernels a cache holds (CUDNN_ATTR_KERNEL_CACHE_ENTRY_COUNT is from 9.27 on).
-int64_t shared_kernel_cache_count();
 
 struct ConvPointers {
   const void* x = nullptr;

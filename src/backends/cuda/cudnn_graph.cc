@@ -1,12 +1,8 @@
 #include "backends/cuda/cudnn_graph.h"
 
-#include "backends/cuda/cudnn_conv.h"
-
 #include <fmt/format.h>
 
 #include <cstdlib>
-#include <map>
-#include <mutex>
 
 namespace gpulab::cuda {
 
@@ -40,47 +36,6 @@ void deselect_cudnn_notes(fe::graph::Graph& graph, std::vector<fe::NumericalNote
   }();
   if (!allow_nondeterministic) barred.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
   graph.deselect_numeric_notes(barred);
-}
-
-namespace {
-
-struct KernelCaches {
-  std::mutex mutex;
-  std::map<std::string, std::shared_ptr<fe::KernelCache>> by_topology;
-};
-
-KernelCaches& kernel_caches() {
-  static KernelCaches caches;
-  return caches;
-}
-
-}  // namespace
-
-bool cudnn_kernel_cache_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("GPULAB_CUDNN_KERNEL_CACHE");
-    return env && std::string_view(env) == "1";
-  }();
-  return enabled;
-}
-
-void share_compiled_kernels(fe::graph::Graph& graph, const std::string& topology) {
-  if (!cudnn_kernel_cache_enabled()) return;
-  KernelCaches& caches = kernel_caches();
-  std::shared_ptr<fe::KernelCache> cache;
-  {
-    const std::lock_guard lock(caches.mutex);
-    auto& slot = caches.by_topology[topology];
-    if (!slot) slot = std::make_shared<fe::KernelCache>();
-    cache = slot;
-  }
-  graph.set_dynamic_shape_enabled(true).set_kernel_cache(std::move(cache));
-}
-
-int64_t shared_kernel_cache_count() {
-  KernelCaches& caches = kernel_caches();
-  const std::lock_guard lock(caches.mutex);
-  return static_cast<int64_t>(caches.by_topology.size());
 }
 
 CudnnPlans::CudnnPlans(std::shared_ptr<fe::graph::Graph> graph)

@@ -33,10 +33,6 @@ std::string cudnn_engine_tactic(cudnn_frontend::graph::Graph& graph, int64_t ind
 void deselect_cudnn_notes(cudnn_frontend::graph::Graph& graph,
                           std::vector<cudnn_frontend::NumericalNote_t> barred);
 
-// Makes `graph` a dynamic-shape graph sharing the kernel cache of `topology` when
-// cudnn_kernel_cache_enabled() (cudnn_conv.h); call before build_operation_graph.
-void share_compiled_kernels(cudnn_frontend::graph::Graph& graph, const std::string& topology);
-
 // The execution plans of one graph (the heuristics' candidates, or the one configuration a tactic
 // names), each built on first use: building can take a fraction of a second (runtime-compiled
 // engines), and a search builds only those it times.

@@ -37,7 +37,6 @@ Result<std::shared_ptr<fe::graph::Graph>> make_graph(cudnnHandle_t handle, const
   const auto sums = fp8 ? fe::DataType_t::FLOAT : fe::DataType_t::INT32;
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(sums);
-  share_compiled_kernels(*g, cudnn_q8_topology(d, has_bias));
   const auto tensor = [&g](const char* name, int64_t uid, fe::DataType_t type, std::vector<int64_t> dim,
                            std::vector<int64_t> stride) {
     return g->tensor(fe::graph::Tensor_attributes()
@@ -90,13 +89,6 @@ Result<std::shared_ptr<fe::graph::Graph>> make_graph(cudnnHandle_t handle, const
 }
 
 }  // namespace
-
-std::string cudnn_q8_topology(const kernels::Q8ConvDesc& d, bool has_bias) {
-  return fmt::format("q8|{}|r{}s{}|st{}x{}|pad{},{},{},{}|dil{}x{}|act{}|clip{},{}|res{}|bias{}",
-                     dtype_name(d.x_dtype), d.r, d.s, d.stride.h, d.stride.w, d.pads.top, d.pads.left,
-                     d.pads.bottom, d.pads.right, d.dilation.h, d.dilation.w, static_cast<int>(d.activation),
-                     d.clip_min, d.clip_max, d.has_residual ? 1 : 0, has_bias ? 1 : 0);
-}
 
 Status cudnn_q8_conv_supports(const kernels::Q8ConvDesc& d) {
   if (!is_quantized_dtype(d.x_dtype) || d.y_dtype != d.x_dtype)

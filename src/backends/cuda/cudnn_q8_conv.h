@@ -51,11 +51,6 @@ struct Q8ConvPointers {
 // groups 1, x and y of the same 8-bit type. Unsupported, with the reason, otherwise.
 Status cudnn_q8_conv_supports(const kernels::Q8ConvDesc& desc);
 
-// The graph's topology, for GPULAB_CUDNN_KERNEL_CACHE (cudnn_conv.h): everything but the sizes
-// (batch, channels, height, width), which a dynamic-shape graph's kernels take at run time. The
-// scales are tensors, not part of it; the clip bounds are attributes of the graph, and are.
-std::string cudnn_q8_topology(const kernels::Q8ConvDesc& desc, bool has_bias);
-
 class CudnnQ8Conv {
  public:
   ~CudnnQ8Conv();

@@ -1,8 +1,7 @@
 // Host-side rules of the 8-bit tactics: every name q8_mma_tactics() offers is one the plan format
 // and the conv step accept as an 8-bit tactic (engine.cc refuses a plan whose INT8 layer names
 // anything else), which tiles take which layers (q8_mma_tactic_supports), and cuDNN's 8-bit tactic
-// strings (cudnn_engine_config.h) and layers (cudnn_q8_conv_supports), and which cuDNN graphs share
-// compiled kernels under GPULAB_CUDNN_KERNEL_CACHE (their topologies). Needs the CUDA build but no
+// strings (cudnn_engine_config.h) and layers (cudnn_q8_conv_supports). Needs the CUDA build but no
 // GPU: nothing here reaches the device.
 #include <gtest/gtest.h>
 
@@ -10,7 +9,6 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/cudnn_engine_config.h"
 #include "backends/cuda/cudnn_q8_conv.h"
 #include "backends/cuda/kernels/quant_kernels.h"
@@ -63,67 +61,6 @@ TEST(QuantTactics, ShapeKeyIgnoresScalesOnly) {
   others[6].y_dtype = DataType::kFloat16;
   others[7].pads = {0, 0, 2, 2};
   for (const Q8ConvDesc& o : others) EXPECT_NE(q8_shape_key(o, false, true), key);
-}
-
-// GPULAB_CUDNN_KERNEL_CACHE's topologies (cudnn_conv.h): graphs that differ only in their sizes share
-// one kernel cache (ResNet-18's 3x3 convolutions with a residual, layer1 to layer4, are one); any
-// attribute of the graph gives another.
-TEST(QuantTactics, CudnnQ8TopologyLeavesOutTheSizesOnly) {
-  const Q8ConvDesc d = layer2();
-  const std::string topology = cuda::cudnn_q8_topology(d, /*has_bias=*/true);
-  Q8ConvDesc layer4 = d;  // batch 1024, 7x7x512
-  layer4.n = 1024;
-  layer4.h = layer4.w = layer4.out_h = layer4.out_w = 7;
-  layer4.c = layer4.k = 512;
-  layer4.x_scale = layer4.y_scale = layer4.residual_scale = 0.5f;  // tensors of the graph, not attributes
-  EXPECT_EQ(cuda::cudnn_q8_topology(layer4, true), topology);
-  EXPECT_NE(cuda::cudnn_q8_topology(d, /*has_bias=*/false), topology);
-  std::vector<Q8ConvDesc> others(6, d);
-  others[0].stride = {2, 2};
-  others[1].has_residual = false;
-  others[2].activation = Activation::kClip;
-  others[3].x_dtype = others[3].y_dtype = DataType::kFp8E4M3;
-  others[4].r = others[4].s = 1;
-  others[5].pads = {0, 0, 0, 0};
-  for (const Q8ConvDesc& o : others) EXPECT_NE(cuda::cudnn_q8_topology(o, true), topology);
-  Q8ConvDesc relu6 = d;  // the clip bounds are attributes of the graph's activation
-  relu6.activation = Activation::kClip;
-  Q8ConvDesc relu4 = relu6;
-  relu4.clip_max = 4.0f;
-  EXPECT_NE(cuda::cudnn_q8_topology(relu4, true), cuda::cudnn_q8_topology(relu6, true));
-}
-
-TEST(QuantTactics, CudnnConvTopologyLeavesOutTheSizesOnly) {
-  cuda::ConvProblem p{.n = 8, .c = 64, .h = 56, .w = 56, .k = 64, .out_h = 56, .out_w = 56};
-  p.attrs.kernel = {3, 3};
-  p.attrs.pads = {1, 1, 1, 1};
-  p.attrs.activation = Activation::kRelu;
-  p.has_bias = true;
-  p.dtype = DataType::kFloat16;
-  p.precision = Precision::kFp16;
-  const std::string topology = cuda::conv_topology(p);
-  cuda::ConvProblem larger = p;
-  larger.n = 1024;
-  larger.c = larger.k = 256;
-  larger.h = larger.w = larger.out_h = larger.out_w = 14;
-  EXPECT_EQ(cuda::conv_topology(larger), topology);
-  EXPECT_NE(cuda::conv_signature(larger), cuda::conv_signature(p));  // the timing cache's key keeps them
-  // Depthwise graphs (groups = channels) of any width share one; other group counts do not.
-  cuda::ConvProblem dw = p;
-  dw.attrs.groups = dw.c = dw.k = 32;
-  cuda::ConvProblem dw96 = dw;
-  dw96.attrs.groups = dw96.c = dw96.k = 96;
-  EXPECT_EQ(cuda::conv_topology(dw96), cuda::conv_topology(dw));
-  cuda::ConvProblem grouped = dw96;
-  grouped.attrs.groups = 2;
-  EXPECT_NE(cuda::conv_topology(grouped), cuda::conv_topology(dw96));
-  std::vector<cuda::ConvProblem> others(5, p);
-  others[0].attrs.stride = {2, 2};
-  others[1].attrs.has_residual = true;
-  others[2].fused = false;
-  others[3].dtype = DataType::kBFloat16;
-  others[4].attrs.kernel = {1, 1};
-  for (const cuda::ConvProblem& o : others) EXPECT_NE(cuda::conv_topology(o), topology);
 }
 
 TEST(QuantTactics, SkipListMatchesNamesAndPrefixes) {
