@@ -106,10 +106,10 @@ TEST(QuantTactics, CutlassTilesTakeInt8LayersOfSixteenChannelMultiples) {
   EXPECT_EQ(cutlass_tiles, 3);
 }
 
-// INT8 on every wgmma tile; FP8 on the two whose second (promotion) accumulator set fits the
-// registers, never on 128x256; input channels in multiples of 16 either way.
-TEST(QuantTactics, WgmmaTilesTakeFp8OnTheTwoSmallerTiles) {
-  std::vector<std::string_view> fp8_tiles;
+// The wgmma tiles take INT8 layers of 16-channel multiples only: FP8 on them, even with each
+// stage's sum promoted to float32, missed the one-step rule on an H100
+// (bench/results/2026-12-07-deaa762).
+TEST(QuantTactics, WgmmaTilesTakeInt8Only) {
   int wgmma_tiles = 0;
   for (const std::string_view t : q8_mma_tactics()) {
     if (!t.starts_with("wgmma-q8:")) continue;
@@ -119,19 +119,12 @@ TEST(QuantTactics, WgmmaTilesTakeFp8OnTheTwoSmallerTiles) {
         << q8_mma_tactic_supports(t, layer2()).to_string();
     Q8ConvDesc fp8 = layer2();
     fp8.x_dtype = fp8.y_dtype = DataType::kFp8E4M3;
-    const Status s = q8_mma_tactic_supports(t, fp8);
-    if (s.is_ok()) {
-      fp8_tiles.push_back(t);
-    } else {
-      EXPECT_EQ(s.code(), StatusCode::kUnsupported);
-      EXPECT_NE(s.message().find("INT8 only"), std::string::npos) << s.to_string();
-    }
-    Q8ConvDesc c24 = fp8;
+    EXPECT_EQ(q8_mma_tactic_supports(t, fp8).code(), StatusCode::kUnsupported);
+    Q8ConvDesc c24 = layer2();
     c24.c = 24;
     EXPECT_EQ(q8_mma_tactic_supports(t, c24).code(), StatusCode::kUnsupported);
   }
   EXPECT_EQ(wgmma_tiles, 3);
-  EXPECT_EQ(fp8_tiles, (std::vector<std::string_view>{"wgmma-q8:64x128", "wgmma-q8:128x128"}));
 }
 
 TEST(QuantTactics, CudnnTacticsAreEightBitTacticsOfTheirOwnKind) {

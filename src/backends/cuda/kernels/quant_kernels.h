@@ -37,11 +37,10 @@ Status launch_q8_conv(const Q8ConvDesc& desc, const void* x, const void* w, cons
 // nine taps), or "dp4a-q8:1x1" (not the tensor cores: INT8 1x1 convolutions of 8-32 channels into a
 // multiple of 16, stride 1, no padding, INT8 outputs, on __dp4a), or "wgmma-q8:64x128",
 // "wgmma-q8:128x128", "wgmma-q8:128x256" (the implicit GEMM on Hopper's wgmma, quant_wgmma_sm90.cu:
-// INT8, and FP8 on the first two, c a multiple of 16), or "cutlass-q8:64x128",
-// "cutlass-q8:128x128", "cutlass-q8:64x256" (CUTLASS's Hopper implicit GEMM with the same epilogue,
-// quant_cutlass_sm90.cu: INT8 in and out, c and k multiples of 16, 16-byte aligned tensors, scales
-// and bias; never splits K); both unsupported at launch on any GPU but compute capability 9.0.
-//
+// INT8, c a multiple of 16), or "cutlass-q8:64x128", "cutlass-q8:128x128", "cutlass-q8:64x256"
+// (CUTLASS's Hopper implicit GEMM with the same epilogue, quant_cutlass_sm90.cu: INT8 in and out, c
+// and k multiples of 16, 16-byte aligned tensors, scales and bias; never splits K); both unsupported
+// at launch on any GPU but compute capability 9.0.
 // q8_mma_tactic_supports says whether a tactic runs a layer (unsupported with the reason,
 // otherwise); the launcher checks it. INT8 equals launch_q8_conv bit for bit with every tactic; FP8
 // (sm_89 and newer, unsupported elsewhere) sums in the tensor cores' order, within one E4M3 step of

@@ -24,9 +24,8 @@
 //   dp4a-q8:1x1     not the tensor cores: INT8 1x1 convolutions over 8-32 channels, where a tile's
 //                   64-byte K stage would be mostly zeros (q8_conv1x1_dp4a_kernel below)
 //   wgmma-q8:64x128, wgmma-q8:128x128, wgmma-q8:128x256
-//                   the same GEMM on Hopper's wgmma, INT8, and FP8 on the first two with each
-//                   stage's sum promoted to float32 (quant_wgmma_sm90.cu, compiled for sm_90a;
-//                   unsupported at launch elsewhere)
+//                   the same GEMM on Hopper's wgmma, INT8 only (quant_wgmma_sm90.cu, compiled
+//                   for sm_90a; unsupported at launch elsewhere)
 //   cutlass-q8:64x128, cutlass-q8:128x128, cutlass-q8:64x256
 //                   CUTLASS's Hopper implicit GEMM (TMA im2col, wgmma, a producer warp) with
 //                   quant.h's epilogue as an epilogue visitor tree, INT8 in and out only
@@ -637,14 +636,9 @@ Result<size_t> tactic_for(std::string_view tactic, const Q8ConvDesc& d) {
     return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
                                " runs INT8 1x1 convolutions of 8 to 32 channels (a multiple of 8) into a "
                                "multiple of 16, stride 1, no padding, INT8 outputs only.");
-  if (index >= kWgmmaFirst && index < kCutlassFirst) {
-    if (d.c % 16 != 0)
-      return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
-                                 " runs layers of a multiple of 16 input channels only.");
-    if (d.x_dtype == DataType::kFp8E4M3 && index - kWgmmaFirst >= kWgmmaFp8Tiles)
-      return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
-                                 " runs INT8 only (FP8's second accumulator set would not fit).");
-  }
+  if (index >= kWgmmaFirst && index < kCutlassFirst && (d.x_dtype != DataType::kInt8 || d.c % 16 != 0))
+    return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
+                               " runs INT8 layers of a multiple of 16 input channels only.");
   if (index >= kCutlassFirst &&
       (d.x_dtype != DataType::kInt8 || d.y_dtype != DataType::kInt8 || d.c % 16 != 0 || d.k % 16 != 0))
     return Status::unsupported("launch_q8_mma_conv: " + std::string(tactic) +
@@ -727,7 +721,7 @@ Status launch_q8_mma_conv(std::string_view tactic, const Q8ConvDesc& d, const vo
                                        " needs 16-byte aligned outputs, residuals, scales and biases.");
           return launch_q8_cutlass(index - kCutlassFirst, d, p, xb, wb, w_scale, bias, rb, yb, stream);
         }
-        return launch_q8_wgmma(index - kWgmmaFirst, kFp8, p, xb, wb, w_scale, bias, rb, yb, stream, workspace,
+        return launch_q8_wgmma(index - kWgmmaFirst, p, xb, wb, w_scale, bias, rb, yb, stream, workspace,
                                workspace_bytes);
     }
     return dispatch_output(d.y_dtype, [&](auto tag) -> Status {

@@ -328,13 +328,11 @@ inline int plan_split_k(MmaParams& p, int64_t blocks, int k_stages, bool fp8, in
 Status launch_q8_split_finish(const MmaParams& p, int splits, const float* w_scale, const float* bias,
                               const uint8_t* residual, uint8_t* y, cudaStream_t stream);
 
-// The wgmma tiles (quant_wgmma_sm90.cu), `tile` an index into kWgmmaTiles: 8-bit operands and
-// outputs, c a multiple of 16; INT8 on every tile, FP8 (`fp8`) on the first two (kWgmmaFp8Tiles),
-// never split. Unsupported on any GPU but compute capability 9.0, the only one that runs sm_90a
-// code.
+// The wgmma tiles (quant_wgmma_sm90.cu), `tile` an index into kWgmmaTiles: INT8 operands and
+// outputs, c a multiple of 16. Unsupported on any GPU but compute capability 9.0, the only one that
+// runs sm_90a code.
 inline constexpr std::string_view kWgmmaTiles[] = {"wgmma-q8:64x128", "wgmma-q8:128x128", "wgmma-q8:128x256"};
-inline constexpr size_t kWgmmaFp8Tiles = 2;
-Status launch_q8_wgmma(size_t tile, bool fp8, const MmaParams& p, const uint8_t* x, const uint8_t* w,
+Status launch_q8_wgmma(size_t tile, const MmaParams& p, const uint8_t* x, const uint8_t* w,
                        const float* w_scale, const float* bias, const uint8_t* residual, uint8_t* y,
                        cudaStream_t stream, void* workspace, int64_t workspace_bytes);
 

@@ -1,7 +1,7 @@
-// The 8-bit tensor-core convolution on wgmma (tactics "wgmma-q8:64x128", "wgmma-q8:128x128" and
-// "wgmma-q8:128x256"; INT8, and FP8 on the first two; compiled for sm_90a alone): quant_mma.cu's implicit
-// GEMM, with Hopper's warpgroup MMAs in place of mma.sync. On the H100, quant_mma.cu's mma.sync tiles ran
-// ResNet-18's INT8 3x3 layers at 295-448 TOP/s against 1,437 TOP/s for cuBLASLt's INT8 GEMM on wgmma
+// The INT8 tensor-core convolution on wgmma (tactics "wgmma-q8:64x128", "wgmma-q8:128x128" and
+// "wgmma-q8:128x256"; compiled for sm_90a alone): quant_mma.cu's implicit GEMM, with Hopper's
+// warpgroup MMAs in place of mma.sync. On the H100, quant_mma.cu's mma.sync tiles ran ResNet-18's
+// INT8 3x3 layers at 295-448 TOP/s against 1,437 TOP/s for cuBLASLt's INT8 GEMM on wgmma
 // (bench/results/2026-12-06-4feb628), and the INT8 plan at batch 256 in 3.09 ms against FP16's 1.93
 // (bench/results/2026-12-06-a4a184a).
 //
@@ -33,20 +33,12 @@
 // tiles' warps do, and the outputs are the same bytes (integer sums are exact in any order). Split-K
 // (where the blocks would fill less than half the GPU) writes the raw sums as they do.
 //
-// FP8 (E4M3 x E4M3 into float32; the 64x128 and 128x128 tiles): the E4M3 wgmma sums, left to
-// accumulate the whole reduction in the tensor cores, landed more than one E4M3 step from the plan
-// interpreter on 1-4 outputs of the kernel tests' 3x3 and 1x1 cases (58f49a2's run; 634 of 802,816
-// outputs of ResNet-18's layer1.0.conv1 in tactic timing), where the mma.sync tiles stay within one:
-// Hopper's FP8 wgmma keeps fewer bits than float32 in its accumulator (about 14, DeepSeek-V3's
-// technical report measured on the H800). So each stage's four wgmmas (128 bytes of K) start a fresh
-// sum in a second set of registers, which is then added into the float32 accumulators with ordinary
-// float adds, the promotion CUTLASS's FP8 GEMMs do every four MMAs. The wgmmas of a stage finish
-// before the add (warpgroup_wait<0>), so FP8 keeps no batch in flight across iterations. The
-// 128x256 tile would need 256 accumulator registers per thread and takes no FP8.
+// No FP8: the E4M3 wgmma sums (float32 accumulators on the H100, in the tensor cores' own order and
+// internal precision) landed more than one E4M3 step from the plan interpreter on 1-4 outputs of
+// the kernel tests' 3x3 and 1x1 cases (58f49a2's run), where the mma.sync tiles stay within one.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -78,45 +70,32 @@ struct WgmmaTile {
       (kStages * kStageBytes > kEpilogueBytes ? kStages * kStageBytes : kEpilogueBytes) + 1024;
   static_assert((BM == 64 || BM == 128) && kAhead >= 1 && BN % 64 == 0 && BN % kRowStep == 0);
   static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "kMinBlocks blocks fit an SM");
-  // The m64nBNk32 instruction, both operands in shared memory: s8 x s8 into int32, or (kFp8)
-  // e4m3 x e4m3 into float32.
-  template <bool kFp8>
-  using Op = std::conditional_t<
-      kFp8,
-      std::conditional_t<BN == 64, cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>,
-                         std::conditional_t<BN == 128, cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>,
-                                            cute::SM90::GMMA::MMA_64x256x32_F32E4M3E4M3_SS_TN<>>>,
-      std::conditional_t<BN == 64, cute::SM90::GMMA::MMA_64x64x32_S32S8S8_SS_TN,
-                         std::conditional_t<BN == 128, cute::SM90::GMMA::MMA_64x128x32_S32S8S8_SS_TN,
-                                            cute::SM90::GMMA::MMA_64x256x32_S32S8S8_SS_TN>>>;
+  // The m64nBNk32 instruction, s8 x s8 into int32, both operands in shared memory.
+  using Op = std::conditional_t<BN == 64, cute::SM90::GMMA::MMA_64x64x32_S32S8S8_SS_TN,
+                                std::conditional_t<BN == 128, cute::SM90::GMMA::MMA_64x128x32_S32S8S8_SS_TN,
+                                                   cute::SM90::GMMA::MMA_64x256x32_S32S8S8_SS_TN>>;
 };
 
-// The accumulators as the instruction's operands: int32 ones as uint32_t, float ones as they are.
+// The int32 accumulators as the instruction's operands (uint32_t).
 __device__ __forceinline__ uint32_t& operand(int32_t& a) {
   return reinterpret_cast<uint32_t&>(a);
 }
-__device__ __forceinline__ float& operand(float& a) {
-  return a;
-}
 
-// One m64nBNk32 wgmma into d; `fresh` starts a new sum (the instruction's scale-d 0) instead of
-// adding to d.
-template <typename T, bool kFp8, typename Acc, size_t... I>
-__device__ __forceinline__ void wgmma_ss(uint64_t a_desc, uint64_t b_desc, Acc* d, bool fresh,
+template <typename T, size_t... I>
+__device__ __forceinline__ void wgmma_ss(uint64_t a_desc, uint64_t b_desc, int32_t* d,
                                          std::index_sequence<I...>) {
-  T::template Op<kFp8>::fma(a_desc, b_desc, operand(d[I])...,
-                            fresh ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One);
+  T::Op::fma(a_desc, b_desc, operand(d[I])...);
 }
 
-template <typename T, typename Acc>
-__device__ __forceinline__ void fence_accumulators(Acc (&acc)[T::kAcc / 4][4]) {
+template <typename T>
+__device__ __forceinline__ void fence_accumulators(int32_t (&acc)[T::kAcc / 4][4]) {
 #pragma unroll
   for (int j = 0; j < T::kAcc / 4; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) cute::warpgroup_fence_operand(operand(acc[j][e]));
 }
 
-template <typename T, bool kFp8>
+template <typename T>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     q8_wgmma_conv_kernel(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale,
                          const float* bias, const uint8_t* residual, uint8_t* y) {
@@ -156,8 +135,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     }
   };
 
-  using Acc = std::conditional_t<kFp8, float, int32_t>;
-  Acc acc[T::kAcc / 4][4];
+  int32_t acc[T::kAcc / 4][4];
 #pragma unroll
   for (int jn = 0; jn < T::kAcc / 4; ++jn)
 #pragma unroll
@@ -181,36 +159,16 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     // the descriptors' start 32 bytes along the rows (the hardware applies the swizzle).
     const uint8_t* sa = stages + (kt % T::kStages) * T::kStageBytes + wg * 64 * T::kBK;
     const uint8_t* sb = stages + (kt % T::kStages) * T::kStageBytes + T::kABytes;
-    if constexpr (kFp8) {
-      // The stage's own sum, added into acc once its wgmmas are done (the top comment says why).
-      // INT8 sums into acc directly: integer sums are exact in any order.
-      float stage_sum[T::kAcc / 4][4] = {};
-      fence_accumulators<T>(stage_sum);
-      cute::warpgroup_arrive();
+    fence_accumulators<T>(acc);
+    cute::warpgroup_arrive();
 #pragma unroll
-      for (int ks = 0; ks < T::kChunks / 2; ++ks)
-        wgmma_ss<T, true>(sm90::make_desc_sw128(sa + 32 * ks, 8 * T::kBK),
-                          sm90::make_desc_sw128(sb + 32 * ks, 8 * T::kBK), &stage_sum[0][0], ks == 0,
-                          std::make_index_sequence<T::kAcc>{});
-      cute::warpgroup_commit_batch();
-      cute::warpgroup_wait<0>();
-      fence_accumulators<T>(stage_sum);
-#pragma unroll
-      for (int jn = 0; jn < T::kAcc / 4; ++jn)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[jn][e] = __fadd_rn(acc[jn][e], stage_sum[jn][e]);
-    } else {
-      fence_accumulators<T>(acc);
-      cute::warpgroup_arrive();
-#pragma unroll
-      for (int ks = 0; ks < T::kChunks / 2; ++ks)
-        wgmma_ss<T, false>(sm90::make_desc_sw128(sa + 32 * ks, 8 * T::kBK),
-                           sm90::make_desc_sw128(sb + 32 * ks, 8 * T::kBK), &acc[0][0], false,
-                           std::make_index_sequence<T::kAcc>{});
-      cute::warpgroup_commit_batch();
-      cute::warpgroup_wait<1>();
-      fence_accumulators<T>(acc);
-    }
+    for (int ks = 0; ks < T::kChunks / 2; ++ks)
+      wgmma_ss<T>(sm90::make_desc_sw128(sa + 32 * ks, 8 * T::kBK),
+                  sm90::make_desc_sw128(sb + 32 * ks, 8 * T::kBK), &acc[0][0],
+                  std::make_index_sequence<T::kAcc>{});
+    cute::warpgroup_commit_batch();
+    cute::warpgroup_wait<1>();
+    fence_accumulators<T>(acc);
   }
   cute::warpgroup_wait<0>();
   fence_accumulators<T>(acc);
@@ -219,8 +177,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 
   // This warp's 16 pixels: rows 16 (warp % 4) .. + 15 of its warpgroup's 64.
   const int64_t m_warp = m0 + wg * 64 + (warp % 4) * 16;
-  if (!kFp8 &&
-      p.partial) {  // split-K (INT8): this split's raw sums; accumulator e of jn is row g + 8 (e / 2)
+  if (p.partial) {  // split-K: this split's raw sums; accumulator e of jn is row g + 8 (e / 2)
     const int g = lane >> 2, tig = lane & 3;
     int32_t* part = p.partial + static_cast<int64_t>(blockIdx.y) * p.m_total * p.k;
 #pragma unroll
@@ -229,7 +186,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       for (int e = 0; e < 4; ++e) {
         const int64_t m = m_warp + g + 8 * (e >> 1);
         const int n = n0 + jn * 8 + 2 * tig + (e & 1);
-        if (m < p.m_total && n < p.k) part[m * p.k + n] = static_cast<int32_t>(acc[jn][e]);
+        if (m < p.m_total && n < p.k) part[m * p.k + n] = acc[jn][e];
       }
     return;
   }
@@ -237,8 +194,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 #pragma unroll
   for (int h = 0; h < T::BN / 64; ++h) {
     if (n0 + 64 * h >= p.k) break;
-    using Fragment = Acc[8][4];
-    finish_fragment<64, kFp8>(
+    using Fragment = int32_t[8][4];
+    finish_fragment<64, false>(
         reinterpret_cast<const Fragment&>(acc[8 * h]), stage, lane, n0 + 64 * h + (lane % 4) * 16, p, w_scale,
         bias, residual, y, [&](int row) -> int64_t { return m_warp + row < p.m_total ? m_warp + row : -1; });
   }
@@ -252,18 +209,18 @@ using Tile64x128 = WgmmaTile<64, 128, 4, 2>;
 using Tile128x128 = WgmmaTile<128, 128, 6, 1>;
 using Tile128x256 = WgmmaTile<128, 256, 4, 1>;
 
-template <typename T, bool kFp8>
+template <typename T>
 Status launch_as(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w_scale, const float* bias,
                  const uint8_t* residual, uint8_t* y, cudaStream_t stream, void* workspace,
                  int64_t workspace_bytes) {
   static DeviceSms ready{};
-  GPULAB_ASSIGN_OR_RETURN(const int sms, prepare_device(q8_wgmma_conv_kernel<T, kFp8>, T::kSmemBytes, ready));
+  GPULAB_ASSIGN_OR_RETURN(const int sms, prepare_device(q8_wgmma_conv_kernel<T>, T::kSmemBytes, ready));
   p.n_tiles = (p.k + T::BN - 1) / T::BN;
   const int64_t blocks = (p.m_total + T::BM - 1) / T::BM * p.n_tiles;
-  const int splits =
-      plan_split_k(p, blocks, (p.k_chunks * 16 + T::kBK - 1) / T::kBK, kFp8, sms, workspace, workspace_bytes);
-  q8_wgmma_conv_kernel<T, kFp8><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(splits)),
-                                  T::kThreads, T::kSmemBytes, stream>>>(p, x, w, w_scale, bias, residual, y);
+  const int splits = plan_split_k(p, blocks, (p.k_chunks * 16 + T::kBK - 1) / T::kBK, false, sms, workspace,
+                                  workspace_bytes);
+  q8_wgmma_conv_kernel<T><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(splits)), T::kThreads,
+                            T::kSmemBytes, stream>>>(p, x, w, w_scale, bias, residual, y);
   GPULAB_TRY(check_launch("launch_q8_mma_conv", "q8_wgmma_conv_kernel"));
   if (splits == 1) return Status::ok();
   return launch_q8_split_finish(p, splits, w_scale, bias, residual, y, stream);
@@ -271,29 +228,17 @@ Status launch_as(MmaParams p, const uint8_t* x, const uint8_t* w, const float* w
 
 }  // namespace
 
-Status launch_q8_wgmma(size_t tile, bool fp8, const MmaParams& p, const uint8_t* x, const uint8_t* w,
+Status launch_q8_wgmma(size_t tile, const MmaParams& p, const uint8_t* x, const uint8_t* w,
                        const float* w_scale, const float* bias, const uint8_t* residual, uint8_t* y,
                        cudaStream_t stream, void* workspace, int64_t workspace_bytes) {
   GPULAB_TRY(check_sm90("the wgmma tiles"));
-  if (fp8) {
-    switch (tile) {
-      case 0: return launch_as<Tile64x128, true>(p, x, w, w_scale, bias, residual, y, stream, nullptr, 0);
-      case 1: return launch_as<Tile128x128, true>(p, x, w, w_scale, bias, residual, y, stream, nullptr, 0);
-      default:
-        return Status::unsupported("launch_q8_mma_conv: " + std::string(kWgmmaTiles[tile]) +
-                                   " runs INT8 only (FP8's second accumulator set would not fit).");
-    }
-  }
   switch (tile) {
     case 0:
-      return launch_as<Tile64x128, false>(p, x, w, w_scale, bias, residual, y, stream, workspace,
-                                          workspace_bytes);
+      return launch_as<Tile64x128>(p, x, w, w_scale, bias, residual, y, stream, workspace, workspace_bytes);
     case 1:
-      return launch_as<Tile128x128, false>(p, x, w, w_scale, bias, residual, y, stream, workspace,
-                                           workspace_bytes);
+      return launch_as<Tile128x128>(p, x, w, w_scale, bias, residual, y, stream, workspace, workspace_bytes);
     default:
-      return launch_as<Tile128x256, false>(p, x, w, w_scale, bias, residual, y, stream, workspace,
-                                           workspace_bytes);
+      return launch_as<Tile128x256>(p, x, w, w_scale, bias, residual, y, stream, workspace, workspace_bytes);
   }
 }
 
