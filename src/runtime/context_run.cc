@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_check.h"
 #include "core/log.h"
@@ -79,6 +81,36 @@ Status ContextImpl::run_steps(int64_t batch, BatchState& state, const float* inp
   return Status::ok();
 }
 
+namespace {
+
+// "<n> nodes (<k> kernels, <m> memsets, ...)" of a captured graph, for the debug log: a plan's steps
+// against what the libraries launch for them (cuDNN's runtime-fusion engines may launch more than
+// one kernel a layer; MobileNetV2's INT8 plan is faster than FP16 layer by layer at batch 1 and
+// slower in the graph, bench/results/2026-12-07-deaa762).
+std::string graph_node_summary(cudaGraph_t graph) {
+  size_t count = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &count) != cudaSuccess) return "node count unknown";
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count > 0 && cudaGraphGetNodes(graph, nodes.data(), &count) != cudaSuccess) return "node count unknown";
+  int kernels = 0, memsets = 0, copies = 0, other = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess) type = cudaGraphNodeTypeEmpty;
+    if (type == cudaGraphNodeTypeKernel)
+      ++kernels;
+    else if (type == cudaGraphNodeTypeMemset)
+      ++memsets;
+    else if (type == cudaGraphNodeTypeMemcpy)
+      ++copies;
+    else
+      ++other;
+  }
+  return fmt::format("{} nodes ({} kernels, {} memsets, {} copies, {} other)", count, kernels, memsets,
+                     copies, other);
+}
+
+}  // namespace
+
 Status ContextImpl::capture_graph(const EnqueueArgs& args, BatchState& state, cudaStream_t stream) {
   if (state.exec && state.graph_input == args.input_nchw && state.graph_logits == args.logits)
     return Status::ok();
@@ -94,13 +126,15 @@ Status ContextImpl::capture_graph(const EnqueueArgs& args, BatchState& state, cu
   GPULAB_CUDA_TRY(end);
   if (state.exec) cudaGraphExecDestroy(state.exec);
   state.exec = nullptr;
+  const std::string nodes = graph_node_summary(graph);
   const cudaError_t inst = cudaGraphInstantiate(&state.exec, graph, 0);
   cudaGraphDestroy(graph);
   GPULAB_CUDA_TRY(inst);
   state.graph_input = args.input_nchw;
   state.graph_logits = args.logits;
-  log_debug("context: captured and instantiated a CUDA graph for batch {} in {:.1f} ms", args.batch,
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  log_debug("context: captured and instantiated a CUDA graph for batch {} in {:.1f} ms: {}", args.batch,
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
+            nodes);
   return Status::ok();
 }
 
