@@ -36,6 +36,9 @@
 // No FP8: the E4M3 wgmma sums (float32 accumulators on the H100, in the tensor cores' own order and
 // internal precision) landed more than one E4M3 step from the plan interpreter on 1-4 outputs of
 // the kernel tests' 3x3 and 1x1 cases (58f49a2's run), where the mma.sync tiles stay within one.
+// Summing each 128-byte stage of K fresh and adding it to float32 accumulators (c702ad6, CUTLASS's
+// FP8 GEMM promotion) left 1-3 outputs of those cases and 0.02-0.12% of ResNet-18's layers'
+// outputs off (bench/results/2026-12-07-deaa762), a one-stage 1x1 case too: it was reverted.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
