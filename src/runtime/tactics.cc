@@ -115,6 +115,19 @@ class TimingRig {
     return result;
   }
 
+  // What `build` returns (cuDNN making a candidate list, or building a plan when `plan`), its wall
+  // time counted in candidate_build_s (and in *seconds when given), a plan in candidates_built.
+  template <typename F>
+  auto building(F&& build, bool plan, double* seconds = nullptr) {
+    const auto started = std::chrono::steady_clock::now();
+    auto result = build();
+    const double s = seconds_since(started);
+    candidate_build_s += s;
+    candidates_built += plan;
+    if (seconds) *seconds = s;
+    return result;
+  }
+
   const int64_t ws_limit;
   cuda::LibraryHandles libs;
   cudaStream_t stream = nullptr;
@@ -291,9 +304,7 @@ CudnnSearch make_search(TimingRig& rig, const cuda::ConvProblem& problem, std::s
   for (bool fused : {true, false}) {
     auto form = problem;
     form.fused = fused;
-    const auto started = std::chrono::steady_clock::now();
-    auto conv = cuda::CudnnConv::with_candidates(rig.libs.cudnn(), form);
-    rig.candidate_build_s += seconds_since(started);
+    auto conv = rig.building([&] { return cuda::CudnnConv::with_candidates(rig.libs.cudnn(), form); }, false);
     if (conv.is_ok()) {
       log_info("tactics: {} ({}): {} cuDNN candidates", search.label, fused ? "fused" : "unfused",
                (*conv)->candidate_count());
@@ -322,11 +333,8 @@ Status time_cudnn(TimingRig& rig, CudnnSearch& search, size_t f, const cuda::Con
          timed_in_all(search) < kMaxTimedPerSearch;
        ++search.next[f]) {
     const int64_t i = search.next[f];
-    const auto build_start = std::chrono::steady_clock::now();
-    const Status built = conv->select(i);
-    const double build_s = seconds_since(build_start);
-    rig.candidate_build_s += build_s;
-    ++rig.candidates_built;
+    double build_s = 0;
+    const Status built = rig.building([&] { return conv->select(i); }, true, &build_s);
     if (!built.is_ok()) {
       ++search.rejected;
       log_debug("tactics: {} candidate {} rejected when built: {}", search.label, i, built.message());
@@ -803,10 +811,12 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
                        const std::vector<std::byte>& direct, Q8Search& search, CudnnQ8Tally& tally) {
   TimingRig& rig = c.rig;
   const bool fp8 = timed.x_dtype == DataType::kFp8E4M3;
-  const auto started = std::chrono::steady_clock::now();
-  auto conv = cuda::CudnnQ8Conv::with_candidates(rig.libs.cudnn(), timed, step.bias >= 0,
-                                                 plan_floats(c.plan, step.weight_scale));
-  rig.candidate_build_s += seconds_since(started);
+  auto conv = rig.building(
+      [&] {
+        return cuda::CudnnQ8Conv::with_candidates(rig.libs.cudnn(), timed, step.bias >= 0,
+                                                  plan_floats(c.plan, step.weight_scale));
+      },
+      false);
   if (!conv.is_ok()) {
     log_debug("tactics: {}: {}: {}", step.name, kQ8CudnnTactic, conv.status().message());
     return Status::ok();
@@ -830,11 +840,8 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
                 step.name, tactic);
       continue;
     }
-    const auto build_start = std::chrono::steady_clock::now();
-    const Status built = (*conv)->select(i);
-    const double build_s = seconds_since(build_start);
-    rig.candidate_build_s += build_s;
-    ++rig.candidates_built;
+    double build_s = 0;
+    const Status built = rig.building([&] { return (*conv)->select(i); }, true, &build_s);
     log_debug("tactics: {}: {} built in {:.3f} s", step.name, tactic, build_s);
     if (!built.is_ok()) {
       log_debug("tactics: {}: {} rejected when built: {}", step.name, tactic, built.message());
@@ -958,11 +965,12 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
       // An engine refused since (search_cudnn_q8) is not trusted on this layer either.
       if (std::ranges::find(cudnn.refused_engines, cudnn_q8_engine_of(tactic)) != cudnn.refused_engines.end())
         return std::string("its engine was refused on a later layer");
-      const auto build_start = std::chrono::steady_clock::now();
-      auto conv = cuda::CudnnQ8Conv::with_tactic(rig.libs.cudnn(), timed, step.bias >= 0,
-                                                 plan_floats(plan, step.weight_scale), tactic);
-      rig.candidate_build_s += seconds_since(build_start);
-      ++rig.candidates_built;
+      auto conv = rig.building(
+          [&] {
+            return cuda::CudnnQ8Conv::with_tactic(rig.libs.cudnn(), timed, step.bias >= 0,
+                                                  plan_floats(plan, step.weight_scale), tactic);
+          },
+          true);
       if (!conv.is_ok()) return std::string(conv.status().message());
       if ((*conv)->workspace_bytes() > rig.ws_limit) return std::string("its workspace is over the limit");
       GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>((*conv)->workspace_bytes(), 1)),
@@ -1082,11 +1090,12 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   const kernels::Q8ConvDesc small = q8_layer_desc(plan, step, kQ8SmallBatch);
   std::unique_ptr<cuda::CudnnQ8Conv> small_cudnn;
   if (is_q8_cudnn_tactic(search.chosen)) {
-    const auto build_start = std::chrono::steady_clock::now();
-    auto conv = cuda::CudnnQ8Conv::with_tactic(rig.libs.cudnn(), small, step.bias >= 0,
-                                               plan_floats(plan, step.weight_scale), search.chosen);
-    rig.candidate_build_s += seconds_since(build_start);
-    ++rig.candidates_built;
+    auto conv = rig.building(
+        [&] {
+          return cuda::CudnnQ8Conv::with_tactic(rig.libs.cudnn(), small, step.bias >= 0,
+                                                plan_floats(plan, step.weight_scale), search.chosen);
+        },
+        true);
     if (!conv.is_ok() || (*conv)->workspace_bytes() > rig.ws_limit) {
       log_debug("tactics: {}: {} at batch {}: {}", step.name, search.chosen, kQ8SmallBatch,
                 conv.is_ok() ? std::string("its workspace is over the limit") : conv.status().message());
