@@ -9,12 +9,12 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cudnn_prebuild.h"
 #include "backends/cuda/cudnn_q8_conv.h"
 #include "backends/cuda/cutlass_conv.h"
 #include "backends/cuda/depthwise_conv.h"
@@ -98,6 +98,9 @@ class TimingRig {
     GPULAB_TRY(libs.set_stream(stream));
     GPULAB_CUDA_TRY(cudaEventCreate(&start_));
     GPULAB_CUDA_TRY(cudaEventCreate(&stop_));
+    int device = 0;
+    GPULAB_CUDA_TRY(cudaGetDevice(&device));
+    prebuild = std::make_unique<cuda::CudnnPrebuild>(device);
     return Status::ok();
   }
 
@@ -128,15 +131,39 @@ class TimingRig {
     return result;
   }
 
+  // Builds the configurations `builds` make on the prebuild workers, all at once, and waits
+  // (cudnn_prebuild.h): the search's own builds of them, one by one, then find cuDNN's kernels
+  // compiled. Counted as building; logged (debug) for `label`. Nothing without workers, or for
+  // fewer than two builds, which gain nothing.
+  void prebuild_all(std::vector<std::function<Status(cudnnHandle_t)>> builds, std::string_view label) {
+    if (!prebuild->enabled() || builds.size() < 2) return;
+    const auto started = std::chrono::steady_clock::now();
+    for (auto& build : builds) prebuild->submit(std::move(build));
+    const std::vector<std::string> failed = prebuild->wait();
+    const double s = seconds_since(started);
+    candidate_build_s += s;
+    prebuild_s += s;
+    prebuilt += static_cast<int64_t>(builds.size());
+    log_debug("tactics: {}: {} cuDNN configurations prebuilt on {} threads in {:.3f} s{}", label,
+              builds.size(), prebuild->threads(), s,
+              failed.empty() ? std::string()
+                             : fmt::format(" ({} failed, the first: {})", failed.size(), failed.front()));
+  }
+
   const int64_t ws_limit;
   cuda::LibraryHandles libs;
   cudaStream_t stream = nullptr;
   Scratch x, w, b, r, y, ws;  // a layer's input, weight, bias, residual, output; cuDNN's workspace
   Scratch y2, scale;          // 8-bit layers: the second kernel's output, the weight scales
+  Scratch differ;             // 8-bit layers: q8_difference_on_device's count
   // Where a build's tactic search spends its time: cuDNN making candidate lists and building (and
   // runtime-compiling) candidate plans, and time() measuring candidates, wall seconds.
   double candidate_build_s = 0, timing_s = 0;
   int64_t candidates_built = 0, timing_runs = 0;
+  // Of candidate_build_s: the parallel prebuilds (prebuild_all), and how many configurations they built.
+  double prebuild_s = 0;
+  int64_t prebuilt = 0;
+  std::unique_ptr<cuda::CudnnPrebuild> prebuild;  // made in init()
 
  private:
   Result<std::optional<double>> time_runs(const std::function<Status()>& run, double give_up_after_ms,
@@ -184,20 +211,6 @@ Status upload(Scratch& s, std::span<const std::byte> bytes, const char* what) {
   return Status::ok();
 }
 
-// `count` seeded random 8-bit codes: any int8, or any finite E4M3 value.
-std::vector<std::byte> random_codes(int64_t count, bool fp8, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::byte> out(static_cast<size_t>(count));
-  uint32_t bits = 0;
-  for (size_t i = 0; i < out.size(); ++i) {  // four bytes per draw: a layer at batch 1024 is 100s of MB
-    if (i % 4 == 0) bits = rng();
-    auto v = static_cast<uint8_t>(bits >> (8 * (i % 4)));
-    if (fp8 && (v & 0x7f) == 0x7f) v &= 0xfe;  // no NaN
-    out[i] = static_cast<std::byte>(v);
-  }
-  return out;
-}
-
 // The outputs of the direct and the tensor-core kernel for the same input, `y_dtype` elements:
 // INT8 layers must give the same bytes (exact sums, the same epilogue); FP8 layers one E4M3 step
 // apart at most (8-bit y), or a relative L2 below 1e-3 (float y), since the tensor cores sum in
@@ -222,6 +235,31 @@ std::string q8_difference(const std::vector<std::byte>& direct, const std::vecto
   }
   const ErrorStats e = compare(floats_from_bytes(mma, y_dtype), floats_from_bytes(direct, y_dtype));
   return e.non_finite > 0 || e.rel_l2 > 1e-3 ? fmt::format("relative L2 {:.3g} between them", e.rel_l2) : "";
+}
+
+// q8_difference of `bytes` bytes of y_dtype outputs at `want` and `got` (device memory, written on
+// rig.stream): counted on the device (kernels::launch_count_q8_differences), but for FP8 layers
+// with float outputs, which are compared on the host.
+Result<std::string> q8_difference_on_device(TimingRig& rig, const void* want, const void* got, size_t bytes,
+                                            bool fp8, DataType y_dtype) {
+  if (fp8 && !is_quantized_dtype(y_dtype)) {
+    std::vector<std::byte> host_want(bytes), host_got(bytes);
+    GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
+    GPULAB_CUDA_TRY(cudaMemcpy(host_want.data(), want, bytes, cudaMemcpyDeviceToHost));
+    GPULAB_CUDA_TRY(cudaMemcpy(host_got.data(), got, bytes, cudaMemcpyDeviceToHost));
+    return q8_difference(host_want, host_got, fp8, y_dtype);
+  }
+  GPULAB_TRY(rig.differ.ensure(sizeof(unsigned long long), "8-bit output comparison"));
+  auto* differ = rig.differ.buffer.as<unsigned long long>();
+  GPULAB_CUDA_TRY(cudaMemsetAsync(differ, 0, sizeof(unsigned long long), rig.stream));
+  GPULAB_TRY(
+      kernels::launch_count_q8_differences(want, got, static_cast<int64_t>(bytes), fp8, differ, rig.stream));
+  unsigned long long far = 0;
+  GPULAB_CUDA_TRY(cudaMemcpyAsync(&far, differ, sizeof(far), cudaMemcpyDeviceToHost, rig.stream));
+  GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
+  if (far == 0) return std::string();
+  return fp8 ? fmt::format("{} of {} outputs more than one E4M3 step apart", far, bytes)
+             : fmt::format("{} of {} output bytes differ", far, bytes);
 }
 
 // The fastest candidate so far.
@@ -315,6 +353,18 @@ CudnnSearch make_search(TimingRig& rig, const cuda::ConvProblem& problem, std::s
   }
   search.next.assign(search.forms.size(), 0);
   search.timed.assign(search.forms.size(), 0);
+  // The candidates the first pass (run_search) builds unless cuDNN rejects some, built at once.
+  std::vector<std::function<Status(cudnnHandle_t)>> builds;
+  for (const auto& form : search.forms) {
+    const int64_t first =
+        std::min(form->candidate_count(), form->fused() ? kMaxFusedCandidates : kMaxUnfusedCandidates);
+    for (int64_t i = 0; i < first; ++i)
+      if (std::string tactic = form->tactic(i); !tactic.ends_with('?'))
+        builds.emplace_back([&problem, tactic = std::move(tactic)](cudnnHandle_t h) {
+          return cuda::CudnnConv::with_tactic(h, problem, tactic).status();
+        });
+  }
+  rig.prebuild_all(std::move(builds), search.label);
   return search;
 }
 
@@ -741,19 +791,17 @@ std::string cudnn_q8_engine_of(std::string_view tactic) {
   return std::string(tactic.substr(0, tactic.find(';') + 1));
 }
 
-// `conv`'s selected configuration run once on `ptrs` (the rig's buffers; its output at ptrs.y, read
-// into `got`) against `want`, the direct kernel's output: "" where they agree (q8_difference), else
-// what differs or why it did not run.
-std::string cudnn_q8_differs(TimingRig& rig, const cuda::CudnnQ8Conv& conv, const cuda::Q8ConvPointers& ptrs,
-                             const std::vector<std::byte>& want, std::vector<std::byte>& got, bool fp8,
-                             DataType y_dtype) {
-  Status ran = conv.launch(rig.libs.cudnn(), ptrs, rig.ws.buffer.get());
-  if (ran.is_ok()) ran = fetch_output(rig, ptrs.y, got);
-  if (!ran.is_ok()) {
+// `conv`'s selected configuration run once on `ptrs` (the rig's buffers; its output at ptrs.y)
+// against `want`, the direct kernel's output (`bytes`, on the device): "" where they agree
+// (q8_difference), else what differs or why it did not run.
+Result<std::string> cudnn_q8_differs(TimingRig& rig, const cuda::CudnnQ8Conv& conv,
+                                     const cuda::Q8ConvPointers& ptrs, const void* want, size_t bytes,
+                                     bool fp8, DataType y_dtype) {
+  if (const Status ran = conv.launch(rig.libs.cudnn(), ptrs, rig.ws.buffer.get()); !ran.is_ok()) {
     (void)cudaGetLastError();
     return std::string(ran.message());
   }
-  return q8_difference(want, got, fp8, y_dtype);
+  return q8_difference_on_device(rig, want, ptrs.y, bytes, fp8, y_dtype);
 }
 
 // What cudnn-q8 did in one build, for its summary line.
@@ -793,7 +841,8 @@ struct Q8ShapeMemo {
 // rig's buffers holding its weights, bias, input and residual, and the output), up to
 // kMaxQ8CudnnCandidates of them in heuristic order, skipping those `skip` names: each built, run
 // once, and kept only where its whole output agrees with `direct`, the direct kernel's output for
-// the same input (q8_difference, as for the tiles); those timed against `search`. cuDNN does not
+// the same input (`direct_bytes` on the device; q8_difference, as for the tiles, counted on the
+// device); those timed against `search`. cuDNN does not
 // promise quant.h's rounding, so a refusal is possible
 // (on an H100 every configuration of ResNet-18's INT8 layers was off on about 1 output per million,
 // bench/results/2026-12-07-62b74db, under the rule of separate roundings that quant.h had then;
@@ -807,8 +856,8 @@ struct Q8ShapeMemo {
 // 4 of ResNet-18's layers, 1-3 bytes in 51-103 million, and had been taken on two others; engines 4
 // and 7 followed the rule on every layer and kernel-test case.)
 Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const kernels::Q8ConvDesc& timed,
-                       const cuda::Q8ConvPointers& ptrs, std::string_view skip,
-                       const std::vector<std::byte>& direct, Q8Search& search, CudnnQ8Tally& tally) {
+                       const cuda::Q8ConvPointers& ptrs, std::string_view skip, const void* direct,
+                       size_t direct_bytes, Q8Search& search, CudnnQ8Tally& tally) {
   TimingRig& rig = c.rig;
   const bool fp8 = timed.x_dtype == DataType::kFp8E4M3;
   auto conv = rig.building(
@@ -822,9 +871,23 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
     return Status::ok();
   }
   ++tally.layers_tried;
-  std::vector<std::byte> got(direct.size());
   std::vector<std::string>& refused_engines = tally.refused_engines;
   const int64_t count = std::min((*conv)->candidate_count(), kMaxQ8CudnnCandidates);
+  const auto worth_building = [&](const std::string& tactic) {
+    return !tactic.ends_with('?') && !tactic_in_list(skip, tactic) &&
+           std::ranges::find(refused_engines, cudnn_q8_engine_of(tactic)) == refused_engines.end();
+  };
+  {
+    const std::span<const float> w_scale = plan_floats(c.plan, step.weight_scale);
+    const bool has_bias = step.bias >= 0;
+    std::vector<std::function<Status(cudnnHandle_t)>> builds;
+    for (int64_t i = 0; i < count; ++i)
+      if (std::string tactic = (*conv)->tactic(i); worth_building(tactic))
+        builds.emplace_back([&timed, has_bias, w_scale, tactic = std::move(tactic)](cudnnHandle_t h) {
+          return cuda::CudnnQ8Conv::with_tactic(h, timed, has_bias, w_scale, tactic).status();
+        });
+    rig.prebuild_all(std::move(builds), step.name);
+  }
   for (int64_t i = 0; i < count; ++i) {
     const std::string tactic = (*conv)->tactic(i);
     if (tactic.ends_with('?')) {  // cuDNN could not name it, so no plan could rebuild it
@@ -854,7 +917,8 @@ Status search_cudnn_q8(const SelectionContext& c, const PlanStep& step, const ke
     }
     GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>(ws_bytes, 1)), "tactic timing workspace"));
     const auto run = [&] { return (*conv)->launch(rig.libs.cudnn(), ptrs, rig.ws.buffer.get()); };
-    const std::string differs = cudnn_q8_differs(rig, **conv, ptrs, direct, got, fp8, timed.y_dtype);
+    GPULAB_ASSIGN_OR_RETURN(const std::string differs,
+                            cudnn_q8_differs(rig, **conv, ptrs, direct, direct_bytes, fp8, timed.y_dtype));
     if (!differs.empty()) {
       log_info("tactics: {}: {} does not compute the direct 8-bit kernel's output ({}); not using it",
                step.name, tactic, differs);
@@ -914,9 +978,12 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   const bool fp8 = timed.x_dtype == DataType::kFp8E4M3;
   const int64_t x_bytes = timed.n * timed.h * timed.w * timed.c;
   const int64_t outputs = timed.n * timed.out_h * timed.out_w * timed.k;
-  GPULAB_TRY(upload(rig.x, random_codes(x_bytes, fp8, 11), "8-bit input"));
-  GPULAB_TRY(upload(rig.r, timed.has_residual ? random_codes(outputs, fp8, 12) : std::vector<std::byte>{},
-                    "8-bit residual"));
+  GPULAB_TRY(rig.x.ensure(static_cast<size_t>(std::max<int64_t>(x_bytes, 16)), "8-bit input"));
+  GPULAB_TRY(kernels::launch_random_q8(rig.x.buffer.get(), x_bytes, fp8, 11, rig.stream));
+  if (timed.has_residual) {
+    GPULAB_TRY(rig.r.ensure(static_cast<size_t>(std::max<int64_t>(outputs, 16)), "8-bit residual"));
+    GPULAB_TRY(kernels::launch_random_q8(rig.r.buffer.get(), outputs, fp8, 12, rig.stream));
+  }
   const size_t y_bytes = static_cast<size_t>(outputs) * dtype_size(timed.y_dtype);
   GPULAB_TRY(rig.y.ensure(y_bytes, "8-bit output"));
   GPULAB_TRY(rig.y2.ensure(y_bytes, "8-bit output"));
@@ -946,12 +1013,11 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   }
   GPULAB_TRY(fetch_output(rig, rig.y.buffer.get(), direct));
 
-  // The direct kernel's output for the whole timing batch, which a cuDNN configuration must reproduce.
-  const auto direct_timed_output = [&]() -> Result<std::vector<std::byte>> {
-    std::vector<std::byte> out(y_bytes);
+  // The direct kernel's output for the whole timing batch, which a cuDNN configuration must
+  // reproduce: in rig.y (y_bytes), which nothing else writes until the comparisons are done.
+  const auto direct_timed_output = [&]() -> Result<const void*> {
     GPULAB_TRY(run(timed, {}, rig.y.buffer.get()));
-    GPULAB_TRY(fetch_output(rig, rig.y.buffer.get(), out));
-    return out;
+    return static_cast<const void*>(rig.y.buffer.get());
   };
   // cudnn-q8 is timed only (it has no "first that agrees" without timing), for conv layers whose
   // graph it can express.
@@ -975,9 +1041,8 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
       if ((*conv)->workspace_bytes() > rig.ws_limit) return std::string("its workspace is over the limit");
       GPULAB_TRY(rig.ws.ensure(static_cast<size_t>(std::max<int64_t>((*conv)->workspace_bytes(), 1)),
                                "tactic timing workspace"));
-      GPULAB_ASSIGN_OR_RETURN(const std::vector<std::byte> want, direct_timed_output());
-      std::vector<std::byte> got(y_bytes);
-      return cudnn_q8_differs(rig, **conv, cudnn_ptrs, want, got, fp8, timed.y_dtype);
+      GPULAB_ASSIGN_OR_RETURN(const void* want, direct_timed_output());
+      return cudnn_q8_differs(rig, **conv, cudnn_ptrs, want, y_bytes, fp8, timed.y_dtype);
     }
     Status ran = run(check, tactic, rig.y2.buffer.get());
     if (ran.is_ok()) ran = fetch_output(rig, rig.y2.buffer.get(), mma);
@@ -1060,8 +1125,8 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
       search.add(tactic, ms);
     }
     if (try_cudnn) {
-      GPULAB_ASSIGN_OR_RETURN(const std::vector<std::byte> direct_timed, direct_timed_output());
-      GPULAB_TRY(search_cudnn_q8(c, step, timed, cudnn_ptrs, skip, direct_timed, search, cudnn));
+      GPULAB_ASSIGN_OR_RETURN(const void* direct_timed, direct_timed_output());
+      GPULAB_TRY(search_cudnn_q8(c, step, timed, cudnn_ptrs, skip, direct_timed, y_bytes, search, cudnn));
     }
     // The direct kernel is given up on as soon as one launch is slower than the best tile's median.
     GPULAB_ASSIGN_OR_RETURN(const auto direct_ms,
@@ -1197,13 +1262,17 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
   report.candidates_built = rig.candidates_built;
   report.timing_runs = rig.timing_runs;
   // Where the search's time went: cuDNN's plans, timing, and the rest (8-bit layers: the reference
-  // outputs of the direct kernel, copies to the host and comparisons, random inputs).
+  // outputs of the direct kernel, their comparisons, random inputs).
   if (report.timed_layers > 0 || (q8_layers > 0 && options.time_tactics)) {
     const double search_s = seconds_since(search_start);
     log_info(
-        "tactics: {:.1f} s in all: {:.1f} s building {} cuDNN candidate plans (and their lists), {:.1f} s "
+        "tactics: {:.1f} s in all: {:.1f} s building {} cuDNN candidate plans (and their lists{}), {:.1f} s "
         "timing {} candidates, {:.1f} s on the rest",
-        search_s, report.candidate_build_s, report.candidates_built, report.timing_s, report.timing_runs,
+        search_s, report.candidate_build_s, report.candidates_built,
+        rig.prebuilt ? fmt::format("; {:.1f} s of it prebuilding {} on {} threads", rig.prebuild_s,
+                                   rig.prebuilt, rig.prebuild->threads())
+                     : std::string(),
+        report.timing_s, report.timing_runs,
         std::max(0.0, search_s - report.candidate_build_s - report.timing_s));
   }
   log_cudnn_q8_tally(cudnn_q8);

@@ -662,5 +662,72 @@ TEST(QuantKernels, InputCastsPoolsMatchExactly) {
   }
 }
 
+// The tactic search's random inputs (q8_check.cu): a function of (seed, index) only, every byte
+// value but E4M3's NaN codes, nothing written past the end (odd counts, unaligned start).
+TEST(QuantSearchKernels, RandomCodesAreSeededFiniteAndCoverTheCodes) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  for (const bool fp8 : {false, true}) {
+    constexpr size_t kCount = 100'003;
+    DeviceBuffer a(kCount), b(kCount), c(kCount), shifted(std::vector<std::byte>(kCount), 3);
+    ASSERT_TRUE(launch_random_q8(a.get(), kCount, fp8, 11, nullptr).is_ok());
+    ASSERT_TRUE(launch_random_q8(b.get(), kCount, fp8, 11, nullptr).is_ok());
+    ASSERT_TRUE(launch_random_q8(c.get(), kCount, fp8, 12, nullptr).is_ok());
+    ASSERT_TRUE(launch_random_q8(shifted.get(), kCount, fp8, 11, nullptr).is_ok());
+    testing::expect_synced();
+    EXPECT_TRUE(a.tail_untouched());
+    EXPECT_TRUE(shifted.tail_untouched());
+    const auto got_a = a.download(), got_c = c.download();
+    EXPECT_EQ(got_a, b.download());
+    EXPECT_EQ(got_a, shifted.download()) << "the bytes depend on the index, not on the address";
+    size_t same = 0;
+    for (size_t i = 0; i < kCount; ++i) same += got_a[i] == got_c[i];
+    EXPECT_LT(same, kCount / 100) << "another seed, other codes (1 in 256 alike by chance)";
+    std::vector<int> seen(256, 0);
+    for (const std::byte v : got_a) ++seen[static_cast<uint8_t>(v)];
+    for (int v = 0; v < 256; ++v) {
+      const bool nan = fp8 && (v & 0x7f) == 0x7f;
+      if (nan) {
+        EXPECT_EQ(seen[v], 0) << "E4M3 NaN code " << v;
+      } else {
+        // ~390 each if uniform; far fewer means the hash is poor.
+        EXPECT_GT(seen[v], 250) << "code " << v;
+      }
+    }
+  }
+}
+
+// The search's comparison (q8_check.cu) against q8_difference's rule on the host: INT8 counts every
+// differing byte, FP8 only codes more than one E4M3 step apart (across zero's two codes too).
+TEST(QuantSearchKernels, CountsTheDifferencesTheSearchRefusesFor) {
+  GPULAB_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(5);
+  constexpr size_t kCount = 70'001;
+  std::vector<std::byte> a(kCount), b(kCount);
+  for (size_t i = 0; i < kCount; ++i) a[i] = b[i] = static_cast<std::byte>(rng() & 0xff);
+  const auto rank = [](uint8_t v) { return (v & 0x80) ? -(v & 0x7f) : (v & 0x7f); };
+  // Changes of one and two steps, and sign flips of small codes, in a scattered tenth of the bytes.
+  for (size_t i = 0; i < kCount; i += 7 + (i % 5)) {
+    const auto v = static_cast<uint8_t>(a[i]);
+    const int change = static_cast<int>(i % 3);  // 0: +1 code, 1: +2 codes, 2: flip the sign bit
+    b[i] = static_cast<std::byte>(change == 2 ? (v ^ 0x80) : static_cast<uint8_t>(v + change + 1));
+  }
+  for (const bool fp8 : {false, true}) {
+    size_t want = 0;
+    for (size_t i = 0; i < kCount; ++i) {
+      const auto x = static_cast<uint8_t>(a[i]), y = static_cast<uint8_t>(b[i]);
+      want += fp8 ? std::abs(rank(x) - rank(y)) > 1 : x != y;
+    }
+    ASSERT_GT(want, 1000u);
+    DeviceBuffer da(a), db(b, 1), counter(sizeof(unsigned long long));
+    ASSERT_EQ(cudaMemset(counter.get(), 0, sizeof(unsigned long long)), cudaSuccess);
+    auto* differ = static_cast<unsigned long long*>(counter.get());
+    ASSERT_TRUE(launch_count_q8_differences(da.get(), db.get(), kCount, fp8, differ, nullptr).is_ok());
+    ASSERT_TRUE(launch_count_q8_differences(da.get(), da.get(), kCount, fp8, differ, nullptr).is_ok());
+    unsigned long long got = 0;
+    ASSERT_EQ(cudaMemcpy(&got, differ, sizeof(got), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(got, want) << (fp8 ? "FP8" : "INT8");
+  }
+}
+
 }  // namespace
 }  // namespace gpulab::kernels

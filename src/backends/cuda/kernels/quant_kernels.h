@@ -61,4 +61,12 @@ Status launch_q8_max_pool(const PoolDesc& desc, const void* x, void* y, cudaStre
 // x: NHWC bytes [n, h, w, c]; y: [n, c] of desc.y_dtype.
 Status launch_q8_global_avg_pool(const Q8GlobalPoolDesc& desc, const void* x, void* y, cudaStream_t stream);
 
+// The tactic search's device side (q8_check.cu). `count` seeded pseudo-random 8-bit codes into y:
+// byte i a function of (seed, i) alone, any int8 or, with fp8, any finite E4M3 value.
+Status launch_random_q8(void* y, int64_t count, bool fp8, uint32_t seed, cudaStream_t stream);
+// Adds to *differ (device memory, which the caller zeroes) how many of the `count` bytes of a and b
+// differ, or with fp8 are more than one E4M3 step apart.
+Status launch_count_q8_differences(const void* a, const void* b, int64_t count, bool fp8,
+                                   unsigned long long* differ, cudaStream_t stream);
+
 }  // namespace gpulab::kernels

@@ -6,6 +6,7 @@ set(GPULAB_CUDA_KERNEL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/quant_desc.cc
   ${CMAKE_CURRENT_LIST_DIR}/quant.cu
   ${CMAKE_CURRENT_LIST_DIR}/quant_mma.cu
+  ${CMAKE_CURRENT_LIST_DIR}/q8_check.cu
   ${CMAKE_CURRENT_LIST_DIR}/convert.cu
   ${CMAKE_CURRENT_LIST_DIR}/pool.cu
   ${CMAKE_CURRENT_LIST_DIR}/elementwise.cu
