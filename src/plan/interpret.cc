@@ -142,7 +142,7 @@ class Interpreter {
     const PlanValue& x = plan_.values[s.inputs[0]];
     const PlanValue& y = plan_.values[s.output];
     const auto& a = s.conv;
-    const int64_t cg = x.c / a.groups, kg = y.c / a.groups, taps = a.kernel.h * a.kernel.w;
+    const int64_t cg = x.c / a.groups, taps = a.kernel.h * a.kernel.w;
     GPULAB_ASSIGN_OR_RETURN(const std::vector<float> wt,
                             weight(s, s.weight, static_cast<size_t>(y.c * taps * cg)));
     GPULAB_ASSIGN_OR_RETURN(const std::vector<float> bias, weight(s, s.bias, static_cast<size_t>(y.c)));
@@ -161,36 +161,8 @@ class Interpreter {
     const std::vector<float>* res = a.has_residual ? &v_[s.inputs[1]] : nullptr;
     auto& out = alloc(s.output);
     parallel_rows(batch_ * y.h, [&](int64_t begin, int64_t end) {
-      std::vector<double> acc(static_cast<size_t>(y.c));
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t n = row / y.h, oh = row % y.h;
-        for (int64_t ow = 0; ow < y.w; ++ow) {
-          for (int64_t k = 0; k < y.c; ++k) acc[static_cast<size_t>(k)] = bias[static_cast<size_t>(k)];
-          for (int64_t r = 0; r < a.kernel.h; ++r) {
-            const int64_t ih = oh * a.stride.h - a.pads.top + r * a.dilation.h;
-            if (ih < 0 || ih >= x.h) continue;
-            for (int64_t q = 0; q < a.kernel.w; ++q) {
-              const int64_t iw = ow * a.stride.w - a.pads.left + q * a.dilation.w;
-              if (iw < 0 || iw >= x.w) continue;
-              const float* xp = &in[static_cast<size_t>(((n * x.h + ih) * x.w + iw) * x.c)];
-              const double* wtap = &wk[static_cast<size_t>((r * a.kernel.w + q) * cg * y.c)];
-              for (int64_t g = 0; g < a.groups; ++g)
-                for (int64_t ci = 0; ci < cg; ++ci) {
-                  const double xv = xp[g * cg + ci];
-                  const double* wr = wtap + ci * y.c + g * kg;
-                  double* ar = acc.data() + g * kg;
-                  for (int64_t kk = 0; kk < kg; ++kk) ar[kk] += xv * wr[kk];
-                }
-            }
-          }
-          const int64_t at = ((n * y.h + oh) * y.w + ow) * y.c;
-          for (int64_t k = 0; k < y.c; ++k) {
-            double v = acc[static_cast<size_t>(k)];
-            if (res) v += (*res)[static_cast<size_t>(at + k)];
-            out[static_cast<size_t>(at + k)] = static_cast<float>(v);
-          }
-        }
-      }
+      conv_rows_f64(geom, in.data(), wk.data(), bias.data(), res ? res->data() : nullptr, out.data(), begin,
+                    end);
     });
     if (options_.pre_activation) options_.pre_activation(s, out, y.c);
     if (a.activation != Activation::kNone)
@@ -359,12 +331,16 @@ class Interpreter {
                                             const std::vector<float>& in, const std::vector<float>& wt) {
     std::vector<float> acc(static_cast<size_t>(g.batch * g.y_h * g.y_w * g.y_c));
     if (x_dtype != DataType::kInt8) {
-      conv_accumulate(g, in.data(), wt.data(), acc.data());
+      parallel_rows(g.batch * g.y_h, [&](int64_t begin, int64_t end) {
+        conv_accumulate(g, in.data(), wt.data(), acc.data(), begin, end);
+      });
       return acc;
     }
     const std::vector<int16_t> x16(in.begin(), in.end()), w16(wt.begin(), wt.end());
     std::vector<int32_t> sums(acc.size());
-    conv_accumulate(g, x16.data(), w16.data(), sums.data());
+    parallel_rows(g.batch * g.y_h, [&](int64_t begin, int64_t end) {
+      conv_accumulate(g, x16.data(), w16.data(), sums.data(), begin, end);
+    });
     for (size_t i = 0; i < acc.size(); ++i) acc[i] = static_cast<float>(sums[i]);
     return acc;
   }

@@ -5,7 +5,9 @@
 //   float x float -> float   FP8 layers (E4M3 products are exact in float32; the sum is float32 in
 //                            a fixed order of eight interleaved partial sums)
 //   float x float -> double  float layers (the interpreter's float64 emulation)
-// Single-threaded; the interpreter runs images on several threads (InterpretOptions::num_threads).
+// Each call computes the output rows [row_begin, row_end) (a row: one image's output row, index
+// n * y_h + oh; row_end < 0: to the last), so that the interpreter can give rows to several threads;
+// an output's sum does not depend on how the rows are split.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +25,19 @@ struct ConvGeometry {
 
 // acc[((n * y_h + oh) * y_w + ow) * y_c + k] = sum over the window of x * w, nothing else (no
 // bias). x: [batch, x_h, x_w, x_c]; w: [y_c, R, S, x_c / groups].
-void conv_accumulate(const ConvGeometry& g, const int16_t* x, const int16_t* w, int32_t* acc);
-void conv_accumulate(const ConvGeometry& g, const float* x, const float* w, float* acc);
-void conv_accumulate(const ConvGeometry& g, const float* x, const float* w, double* acc);
+void conv_accumulate(const ConvGeometry& g, const int16_t* x, const int16_t* w, int32_t* acc,
+                     int64_t row_begin = 0, int64_t row_end = -1);
+void conv_accumulate(const ConvGeometry& g, const float* x, const float* w, float* acc, int64_t row_begin = 0,
+                     int64_t row_end = -1);
+void conv_accumulate(const ConvGeometry& g, const float* x, const float* w, double* acc,
+                     int64_t row_begin = 0, int64_t row_end = -1);
+
+// A float layer's output rows [row_begin, row_end) as the interpreter's float64 emulation computes
+// them: each output starts at its bias, adds x * w (in float64, each product and sum rounded, no
+// fused multiply-add) tap by tap, input channel by input channel, then the residual (when not
+// null; y's layout), and is rounded to float32 into y. wk: the weights as [tap][x_c / groups][y_c],
+// output channels innermost, in float64.
+void conv_rows_f64(const ConvGeometry& g, const float* x, const double* wk, const float* bias,
+                   const float* residual, float* y, int64_t row_begin, int64_t row_end);
 
 }  // namespace gpulab
