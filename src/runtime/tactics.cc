@@ -137,11 +137,13 @@ class TimingRig {
   // fewer than two builds, which gain nothing.
   void prebuild_all(std::vector<std::function<Status(cudnnHandle_t)>> builds, std::string_view label) {
     if (!prebuild->enabled() || builds.size() < 2) return;
-    const auto started = std::chrono::steady_clock::now();
-    for (auto& build : builds) prebuild->submit(std::move(build));
-    const std::vector<std::string> failed = prebuild->wait();
-    const double s = seconds_since(started);
-    candidate_build_s += s;
+    double s = 0;
+    const std::vector<std::string> failed = building(
+        [&] {
+          for (auto& build : builds) prebuild->submit(std::move(build));
+          return prebuild->wait();
+        },
+        false, &s);
     prebuild_s += s;
     prebuilt += static_cast<int64_t>(builds.size());
     log_debug("tactics: {}: {} cuDNN configurations prebuilt on {} threads in {:.3f} s{}", label,
@@ -211,6 +213,20 @@ Status upload(Scratch& s, std::span<const std::byte> bytes, const char* what) {
   return Status::ok();
 }
 
+// `rig`'s stream finished, then `to.size()` bytes of device memory at `from` into `to`.
+Status fetch_output(TimingRig& rig, const void* from, std::vector<std::byte>& to) {
+  GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
+  GPULAB_CUDA_TRY(cudaMemcpy(to.data(), from, to.size(), cudaMemcpyDeviceToHost));
+  return Status::ok();
+}
+
+// What q8_difference reports for `far` of `total` outputs off the rule ("" for none).
+std::string q8_refusal(size_t far, size_t total, bool fp8) {
+  if (far == 0) return "";
+  return fp8 ? fmt::format("{} of {} outputs more than one E4M3 step apart", far, total)
+             : fmt::format("{} of {} output bytes differ", far, total);
+}
+
 // The outputs of the direct and the tensor-core kernel for the same input, `y_dtype` elements:
 // INT8 layers must give the same bytes (exact sums, the same epilogue); FP8 layers one E4M3 step
 // apart at most (8-bit y), or a relative L2 below 1e-3 (float y), since the tensor cores sum in
@@ -218,11 +234,11 @@ Status upload(Scratch& s, std::span<const std::byte> bytes, const char* what) {
 std::string q8_difference(const std::vector<std::byte>& direct, const std::vector<std::byte>& mma, bool fp8,
                           DataType y_dtype) {
   if (direct.size() != mma.size()) return "output sizes differ";
-  if (direct == mma) return "";  // the common case, at memcmp's speed (outputs at batch 1024 are 100s of MB)
+  if (direct == mma) return "";  // the common case, at memcmp's speed
   if (!fp8) {
     size_t differ = 0;
     for (size_t i = 0; i < direct.size(); ++i) differ += direct[i] != mma[i];
-    return differ ? fmt::format("{} of {} output bytes differ", differ, direct.size()) : "";
+    return q8_refusal(differ, direct.size(), fp8);
   }
   if (is_quantized_dtype(y_dtype)) {
     const auto rank = [](std::byte b) {
@@ -231,7 +247,7 @@ std::string q8_difference(const std::vector<std::byte>& direct, const std::vecto
     };
     size_t far = 0;
     for (size_t i = 0; i < direct.size(); ++i) far += std::abs(rank(direct[i]) - rank(mma[i])) > 1;
-    return far ? fmt::format("{} of {} outputs more than one E4M3 step apart", far, direct.size()) : "";
+    return q8_refusal(far, direct.size(), fp8);
   }
   const ErrorStats e = compare(floats_from_bytes(mma, y_dtype), floats_from_bytes(direct, y_dtype));
   return e.non_finite > 0 || e.rel_l2 > 1e-3 ? fmt::format("relative L2 {:.3g} between them", e.rel_l2) : "";
@@ -244,9 +260,8 @@ Result<std::string> q8_difference_on_device(TimingRig& rig, const void* want, co
                                             bool fp8, DataType y_dtype) {
   if (fp8 && !is_quantized_dtype(y_dtype)) {
     std::vector<std::byte> host_want(bytes), host_got(bytes);
-    GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
-    GPULAB_CUDA_TRY(cudaMemcpy(host_want.data(), want, bytes, cudaMemcpyDeviceToHost));
-    GPULAB_CUDA_TRY(cudaMemcpy(host_got.data(), got, bytes, cudaMemcpyDeviceToHost));
+    GPULAB_TRY(fetch_output(rig, want, host_want));
+    GPULAB_TRY(fetch_output(rig, got, host_got));
     return q8_difference(host_want, host_got, fp8, y_dtype);
   }
   GPULAB_TRY(rig.differ.ensure(sizeof(unsigned long long), "8-bit output comparison"));
@@ -257,9 +272,7 @@ Result<std::string> q8_difference_on_device(TimingRig& rig, const void* want, co
   unsigned long long far = 0;
   GPULAB_CUDA_TRY(cudaMemcpyAsync(&far, differ, sizeof(far), cudaMemcpyDeviceToHost, rig.stream));
   GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
-  if (far == 0) return std::string();
-  return fp8 ? fmt::format("{} of {} outputs more than one E4M3 step apart", far, bytes)
-             : fmt::format("{} of {} output bytes differ", far, bytes);
+  return q8_refusal(far, bytes, fp8);
 }
 
 // The fastest candidate so far.
@@ -777,13 +790,6 @@ std::vector<std::string_view> q8_tactic_names() {
   names.push_back(kQ8CudnnTactic);
   names.push_back(kQ8SmallBatchItem);
   return names;
-}
-
-// `rig`'s stream finished, then `to.size()` bytes of device memory at `from` into `to`.
-Status fetch_output(TimingRig& rig, const void* from, std::vector<std::byte>& to) {
-  GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
-  GPULAB_CUDA_TRY(cudaMemcpy(to.data(), from, to.size(), cudaMemcpyDeviceToHost));
-  return Status::ok();
 }
 
 // "cudnn-q8:<engine id>;" of a cudnn-q8 tactic: what its configurations share.
