@@ -220,11 +220,13 @@ Status fetch_output(TimingRig& rig, const void* from, std::vector<std::byte>& to
   return Status::ok();
 }
 
-// What q8_difference reports for `far` of `total` outputs off the rule ("" for none).
-std::string q8_refusal(size_t far, size_t total, bool fp8) {
+// What q8_difference reports for `far` of `total` outputs off the rule, `widest` apart at most (INT8:
+// output units; FP8: E4M3 steps), or "" when none is off.
+std::string q8_refusal(size_t far, size_t total, size_t widest, bool fp8) {
   if (far == 0) return "";
-  return fp8 ? fmt::format("{} of {} outputs more than one E4M3 step apart", far, total)
-             : fmt::format("{} of {} output bytes differ", far, total);
+  return fp8 ? fmt::format("{} of {} outputs more than one E4M3 step apart (up to {} steps)", far, total,
+                           widest)
+             : fmt::format("{} of {} output bytes differ (by up to {})", far, total, widest);
 }
 
 // The outputs of the direct and the tensor-core kernel for the same input, `y_dtype` elements:
@@ -235,22 +237,24 @@ std::string q8_difference(const std::vector<std::byte>& direct, const std::vecto
                           DataType y_dtype) {
   if (direct.size() != mma.size()) return "output sizes differ";
   if (direct == mma) return "";  // the common case, at memcmp's speed
-  if (!fp8) {
-    size_t differ = 0;
-    for (size_t i = 0; i < direct.size(); ++i) differ += direct[i] != mma[i];
-    return q8_refusal(differ, direct.size(), fp8);
+  if (fp8 && !is_quantized_dtype(y_dtype)) {
+    const ErrorStats e = compare(floats_from_bytes(mma, y_dtype), floats_from_bytes(direct, y_dtype));
+    return e.non_finite > 0 || e.rel_l2 > 1e-3 ? fmt::format("relative L2 {:.3g} between them", e.rel_l2)
+                                               : "";
   }
-  if (is_quantized_dtype(y_dtype)) {
-    const auto rank = [](std::byte b) {
-      const auto v = static_cast<uint8_t>(b);
-      return (v & 0x80) ? -(v & 0x7f) : (v & 0x7f);
-    };
-    size_t far = 0;
-    for (size_t i = 0; i < direct.size(); ++i) far += std::abs(rank(direct[i]) - rank(mma[i])) > 1;
-    return q8_refusal(far, direct.size(), fp8);
+  // The gap between two codes: INT8 as signed values, FP8 in E4M3 steps (sign-magnitude ranks).
+  const auto value = [fp8](std::byte b) {
+    const auto v = static_cast<uint8_t>(b);
+    if (!fp8) return int{static_cast<int8_t>(v)};
+    return (v & 0x80) ? -(v & 0x7f) : (v & 0x7f);
+  };
+  size_t far = 0, widest = 0;
+  for (size_t i = 0; i < direct.size(); ++i) {
+    const auto apart = static_cast<size_t>(std::abs(value(direct[i]) - value(mma[i])));
+    far += apart > (fp8 ? 1u : 0u);
+    widest = std::max(widest, apart);
   }
-  const ErrorStats e = compare(floats_from_bytes(mma, y_dtype), floats_from_bytes(direct, y_dtype));
-  return e.non_finite > 0 || e.rel_l2 > 1e-3 ? fmt::format("relative L2 {:.3g} between them", e.rel_l2) : "";
+  return q8_refusal(far, direct.size(), widest, fp8);
 }
 
 // q8_difference of `bytes` bytes of y_dtype outputs at `want` and `got` (device memory, written on
@@ -264,15 +268,15 @@ Result<std::string> q8_difference_on_device(TimingRig& rig, const void* want, co
     GPULAB_TRY(fetch_output(rig, got, host_got));
     return q8_difference(host_want, host_got, fp8, y_dtype);
   }
-  GPULAB_TRY(rig.differ.ensure(sizeof(unsigned long long), "8-bit output comparison"));
-  auto* differ = rig.differ.buffer.as<unsigned long long>();
-  GPULAB_CUDA_TRY(cudaMemsetAsync(differ, 0, sizeof(unsigned long long), rig.stream));
+  GPULAB_TRY(rig.differ.ensure(sizeof(kernels::Q8Differences), "8-bit output comparison"));
+  auto* differ = rig.differ.buffer.as<kernels::Q8Differences>();
+  GPULAB_CUDA_TRY(cudaMemsetAsync(differ, 0, sizeof(kernels::Q8Differences), rig.stream));
   GPULAB_TRY(
       kernels::launch_count_q8_differences(want, got, static_cast<int64_t>(bytes), fp8, differ, rig.stream));
-  unsigned long long far = 0;
-  GPULAB_CUDA_TRY(cudaMemcpyAsync(&far, differ, sizeof(far), cudaMemcpyDeviceToHost, rig.stream));
+  kernels::Q8Differences found;
+  GPULAB_CUDA_TRY(cudaMemcpyAsync(&found, differ, sizeof(found), cudaMemcpyDeviceToHost, rig.stream));
   GPULAB_CUDA_TRY(cudaStreamSynchronize(rig.stream));
-  return q8_refusal(far, bytes, fp8);
+  return q8_refusal(found.far, bytes, found.widest, fp8);
 }
 
 // The fastest candidate so far.

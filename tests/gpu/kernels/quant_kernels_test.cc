@@ -697,7 +697,8 @@ TEST(QuantSearchKernels, RandomCodesAreSeededFiniteAndCoverTheCodes) {
 }
 
 // The search's comparison (q8_check.cu) against q8_difference's rule on the host: INT8 counts every
-// differing byte, FP8 only codes more than one E4M3 step apart (across zero's two codes too).
+// differing byte, FP8 only codes more than one E4M3 step apart (across zero's two codes too); both
+// keep the widest gap (signed values, E4M3 steps).
 TEST(QuantSearchKernels, CountsTheDifferencesTheSearchRefusesFor) {
   GPULAB_SKIP_WITHOUT_GPU();
   std::mt19937 rng(5);
@@ -711,20 +712,24 @@ TEST(QuantSearchKernels, CountsTheDifferencesTheSearchRefusesFor) {
     b[i] = static_cast<std::byte>(change == 2 ? (v ^ 0x80) : static_cast<uint8_t>(v + change + 1));
   }
   for (const bool fp8 : {false, true}) {
-    size_t want = 0;
+    size_t want = 0, widest = 0;
     for (size_t i = 0; i < kCount; ++i) {
-      const auto x = static_cast<uint8_t>(a[i]), y = static_cast<uint8_t>(b[i]);
-      want += fp8 ? std::abs(code_rank(x, true) - code_rank(y, true)) > 1 : x != y;
+      const auto apart = static_cast<size_t>(
+          std::abs(code_rank(static_cast<uint8_t>(a[i]), fp8) - code_rank(static_cast<uint8_t>(b[i]), fp8)));
+      want += apart > (fp8 ? 1u : 0u);
+      widest = std::max(widest, apart);
     }
     ASSERT_GT(want, 1000u);
-    DeviceBuffer da(a), db(b, 1), counter(sizeof(unsigned long long));
-    ASSERT_EQ(cudaMemset(counter.get(), 0, sizeof(unsigned long long)), cudaSuccess);
-    auto* differ = static_cast<unsigned long long*>(counter.get());
+    ASSERT_GT(widest, 2u);
+    DeviceBuffer da(a), db(b, 1), counter(sizeof(Q8Differences));
+    ASSERT_EQ(cudaMemset(counter.get(), 0, sizeof(Q8Differences)), cudaSuccess);
+    auto* differ = static_cast<Q8Differences*>(counter.get());
     ASSERT_TRUE(launch_count_q8_differences(da.get(), db.get(), kCount, fp8, differ, nullptr).is_ok());
     ASSERT_TRUE(launch_count_q8_differences(da.get(), da.get(), kCount, fp8, differ, nullptr).is_ok());
-    unsigned long long got = 0;
+    Q8Differences got;
     ASSERT_EQ(cudaMemcpy(&got, differ, sizeof(got), cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(got, want) << (fp8 ? "FP8" : "INT8");
+    EXPECT_EQ(got.far, want) << (fp8 ? "FP8" : "INT8");
+    EXPECT_EQ(got.widest, widest) << (fp8 ? "FP8" : "INT8");
   }
 }
 

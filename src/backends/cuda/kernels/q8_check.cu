@@ -45,15 +45,25 @@ __device__ __forceinline__ int e4m3_rank(uint8_t v) {
 }
 
 __global__ void count_q8_differences_kernel(const uint8_t* a, const uint8_t* b, int64_t count, bool fp8,
-                                            unsigned long long* differ) {
-  unsigned long long local = 0;
+                                            Q8Differences* differ) {
+  unsigned long long far = 0;
+  unsigned int widest = 0;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     const uint8_t x = a[i], y = b[i];
-    local += fp8 ? (abs(e4m3_rank(x) - e4m3_rank(y)) > 1) : (x != y);
+    const int apart = fp8 ? abs(e4m3_rank(x) - e4m3_rank(y))
+                          : abs(int{static_cast<int8_t>(x)} - int{static_cast<int8_t>(y)});
+    far += fp8 ? apart > 1 : apart > 0;
+    widest = max(widest, static_cast<unsigned int>(apart));
   }
-  for (int offset = 16; offset > 0; offset /= 2) local += __shfl_down_sync(0xffffffffu, local, offset);
-  if ((threadIdx.x & 31) == 0 && local > 0) atomicAdd(differ, local);
+  for (int offset = 16; offset > 0; offset /= 2) {
+    far += __shfl_down_sync(0xffffffffu, far, offset);
+    widest = max(widest, __shfl_down_sync(0xffffffffu, widest, offset));
+  }
+  if ((threadIdx.x & 31) == 0 && widest > 0) {
+    if (far > 0) atomicAdd(&differ->far, far);
+    atomicMax(&differ->widest, static_cast<unsigned long long>(widest));
+  }
 }
 
 }  // namespace
@@ -68,7 +78,7 @@ Status launch_random_q8(void* y, int64_t count, bool fp8, uint32_t seed, cudaStr
 }
 
 Status launch_count_q8_differences(const void* a, const void* b, int64_t count, bool fp8,
-                                   unsigned long long* differ, cudaStream_t stream) {
+                                   Q8Differences* differ, cudaStream_t stream) {
   if (count < 0 || differ == nullptr || (count > 0 && (a == nullptr || b == nullptr)))
     return Status::invalid_argument("launch_count_q8_differences: a negative count or a null pointer");
   if (count == 0) return Status::ok();

@@ -64,9 +64,15 @@ Status launch_q8_global_avg_pool(const Q8GlobalPoolDesc& desc, const void* x, vo
 // The tactic search's device side (q8_check.cu). `count` seeded pseudo-random 8-bit codes into y:
 // byte i a function of (seed, i) alone, any int8 or, with fp8, any finite E4M3 value.
 Status launch_random_q8(void* y, int64_t count, bool fp8, uint32_t seed, cudaStream_t stream);
-// Adds to *differ (device memory, which the caller zeroes) how many of the `count` bytes of a and b
-// differ, or with fp8 are more than one E4M3 step apart.
+// Where two 8-bit outputs disagree: how many values, and the widest gap between two of them (INT8:
+// |a - b| as signed values; FP8: E4M3 steps, zero's two codes being one value).
+struct Q8Differences {
+  unsigned long long far = 0;     // INT8: bytes that differ; FP8: values more than one step apart
+  unsigned long long widest = 0;  // over every value, counted or not
+};
+// Adds to *differ (device memory, which the caller zeroes) the differences of the `count` bytes of
+// a and b: far counts them, widest keeps the largest gap.
 Status launch_count_q8_differences(const void* a, const void* b, int64_t count, bool fp8,
-                                   unsigned long long* differ, cudaStream_t stream);
+                                   Q8Differences* differ, cudaStream_t stream);
 
 }  // namespace gpulab::kernels
