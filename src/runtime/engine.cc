@@ -5,8 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/depthwise_conv.h"
@@ -141,15 +139,7 @@ Result<std::shared_ptr<Engine>> build_engine_from_graph(const Graph& graph, cons
   GPULAB_ASSIGN_OR_RETURN(plan.target, cuda::current_target(options.device));
   GPULAB_TRY(check_precision_supported(plan, plan.target));
   if (options.fuse_stem && plan.target.compute_capability >= 80) {
-    // The fused stem's 8-bit output (the cast to INT8/FP8 joining it) compiles and interprets as
-    // the cast, but has not run on a GPU (fused_stem_gpu_test checks it byte for byte): until it
-    // has, a plan takes it only with GPULAB_FUSED_STEM_Q8=1, and otherwise keeps the cast step.
-    static const bool q8_out = [] {
-      const char* env = std::getenv("GPULAB_FUSED_STEM_Q8");
-      return env != nullptr && std::string_view(env) == "1";
-    }();
     const bool fused = fuse_stem_pool(plan, [&](const PlanStep& stem) {
-      if (is_quantized_dtype(plan.values[stem.output].dtype) && !q8_out) return false;
       const Status ok = check_fused_stem(plan, stem);
       if (!ok.is_ok()) log_info("build: the stem stays three steps: {}", ok.message());
       return ok.is_ok();
