@@ -842,9 +842,15 @@ struct Q8Search {
 // it computes the direct kernel's bytes on the layer's own weights (choose_q8_tactic). The search
 // timed every one of them before: with cudnn-q8's configurations, 129.6 s of ResNet-18's INT8
 // build at max batch 1024 on an H100 (bench/results/2026-12-07-2a1a736).
+// The timing cache keeps these choices too (key "q8 <q8_shape_key>" with the build's suffix and
+// target), so that a later build of the model, or a sweep's next point at the same timing batch,
+// checks the cached tactic on each layer instead of building and timing every candidate again (a
+// second ResNet-18 INT8 build rebuilt 129 cuDNN configurations, 32.2 s on an H100,
+// bench/results/2026-12-07-0e4d727). The cache stores no time for them (time_ms 0).
 struct Q8ShapeMemo {
   std::map<std::string, std::string> tactic;  // q8_shape_key -> the step's whole tactic
   int reused = 0;
+  int from_cache = 0;
 };
 
 // The cudnn-q8 configurations of an 8-bit conv step at the timing batch (`timed`; `ptrs` are the
@@ -1063,39 +1069,54 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
     return q8_difference(direct, mma, fp8, check.y_dtype);
   };
   const std::string shape = q8_shape_key(timed, step.kind == StepKind::kGemm, step.bias >= 0);
-  if (const auto known = memo.tactic.find(shape); c.options.time_tactics && known != memo.tactic.end()) {
-    const Q8BatchTactics parts = split_q8_tactic(known->second);
+  const std::string cache_key = TimingCache::make_key("q8 " + shape + c.key_suffix, c.target);
+  // An earlier layer's choice for this shape, else the timing cache's where it names an 8-bit tactic
+  // (not while GPULAB_SKIP_Q8_TACTICS narrows the search, as the cached choice may be one it skips).
+  std::string earlier;
+  bool cached = false;
+  if (const auto known = memo.tactic.find(shape); known != memo.tactic.end()) {
+    earlier = known->second;
+  } else if (const TimingEntry* hit = c.cache && skip.empty() ? c.cache->find(cache_key) : nullptr;
+             hit && is_q8_tactic(hit->tactic)) {
+    earlier = hit->tactic;
+    cached = true;
+  }
+  if (c.options.time_tactics && !earlier.empty()) {
+    const Q8BatchTactics parts = split_q8_tactic(earlier);
     GPULAB_ASSIGN_OR_RETURN(std::string differs, differs_here(parts.main));
     if (differs.empty() && parts.small_limit > 0) {
       GPULAB_ASSIGN_OR_RETURN(differs, differs_here(parts.small));
     }
+    const char* whose = cached ? "the timing cache's" : "an earlier layer's";
     if (differs.empty()) {
-      step.tactic = known->second;
+      step.tactic = earlier;
       on_mma += parts.main != kQ8DirectTactic;
       cudnn.layers_tried += try_cudnn;  // counted as the search would have
       cudnn.layers_taken += is_q8_cudnn_tactic(parts.main);
-      ++memo.reused;
-      log_info(
-          "tactics: {}: {} (an earlier layer's, same shape; the direct kernel's bytes on this layer's "
-          "weights)",
-          step.name, step.tactic);
+      ++(cached ? memo.from_cache : memo.reused);
+      memo.tactic[shape] = earlier;
+      log_info("tactics: {}: {} ({}, same shape; the direct kernel's bytes on this layer's weights)",
+               step.name, step.tactic, whose);
       return Status::ok();
     }
     log_info(
-        "tactics: {}: {}, an earlier layer's for this shape, does not compute the direct kernel's bytes here "
-        "({}); searching",
-        step.name, known->second, differs);
+        "tactics: {}: {}, {} for this shape, does not compute the direct kernel's bytes here ({}); searching",
+        step.name, earlier, whose, differs);
   }
-  // The choice of a timed search, for the later layers of this shape.
+  // The choice of a timed search, for the later layers of this shape and the timing cache.
   struct Remember {
     bool timed;
     Q8ShapeMemo& memo;
+    TimingCache* cache;
     const std::string& key;
+    const std::string& cache_key;
     const PlanStep& step;
     ~Remember() {
-      if (timed) memo.tactic[key] = step.tactic;
+      if (!timed) return;
+      memo.tactic[key] = step.tactic;
+      if (cache) cache->put(cache_key, TimingEntry{step.tactic, 0});
     }
-  } remember{c.options.time_tactics, memo, shape, step};
+  } remember{c.options.time_tactics, memo, skip.empty() ? c.cache : nullptr, shape, cache_key, step};
 
   std::vector<std::string_view> agreeing;
   for (const std::string_view tactic : kernels::q8_mma_tactics()) {
@@ -1291,6 +1312,11 @@ Result<TacticReport> select_tactics(Plan& plan, const BuildOptions& options, Tim
         "tactics: {} 8-bit layers took the tactic of an earlier layer of their shape, checked on their own "
         "weights",
         q8_memo.reused);
+  if (q8_memo.from_cache > 0)
+    log_info(
+        "tactics: {} 8-bit layers took the timing cache's tactic for their shape, checked on their own "
+        "weights",
+        q8_memo.from_cache);
   if (q8_layers > 0)
     log_info(
         "tactics: {} INT8/FP8 layers on the tensor-core kernels, {} or cuDNN ({}, {}, {}, {}), {} on the "
