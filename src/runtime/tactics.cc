@@ -1070,13 +1070,15 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
   };
   const std::string shape = q8_shape_key(timed, step.kind == StepKind::kGemm, step.bias >= 0);
   const std::string cache_key = TimingCache::make_key("q8 " + shape + c.key_suffix, c.target);
-  // An earlier layer's choice for this shape, else the timing cache's where it names an 8-bit tactic
-  // (not while GPULAB_SKIP_Q8_TACTICS narrows the search, as the cached choice may be one it skips).
+  // The timing cache serves 8-bit layers only while GPULAB_SKIP_Q8_TACTICS narrows nothing: a cached
+  // choice may be one it skips, and a narrowed search's choice is not the layer's best.
+  TimingCache* const q8_cache = skip.empty() ? c.cache : nullptr;
+  // An earlier layer's choice for this shape, else the timing cache's where it names an 8-bit tactic.
   std::string earlier;
   bool cached = false;
   if (const auto known = memo.tactic.find(shape); known != memo.tactic.end()) {
     earlier = known->second;
-  } else if (const TimingEntry* hit = c.cache && skip.empty() ? c.cache->find(cache_key) : nullptr;
+  } else if (const TimingEntry* hit = q8_cache ? q8_cache->find(cache_key) : nullptr;
              hit && is_q8_tactic(hit->tactic)) {
     earlier = hit->tactic;
     cached = true;
@@ -1116,7 +1118,7 @@ Status choose_q8_tactic(const SelectionContext& c, PlanStep& step, std::string_v
       memo.tactic[key] = step.tactic;
       if (cache) cache->put(cache_key, TimingEntry{step.tactic, 0});
     }
-  } remember{c.options.time_tactics, memo, skip.empty() ? c.cache : nullptr, shape, cache_key, step};
+  } remember{c.options.time_tactics, memo, q8_cache, shape, cache_key, step};
 
   std::vector<std::string_view> agreeing;
   for (const std::string_view tactic : kernels::q8_mma_tactics()) {
